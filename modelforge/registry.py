@@ -1,0 +1,128 @@
+"""Named registries: a dict of classes or factories plus a decorator to fill it.
+
+Built-in names are registered by explicit imports in ``modelforge/__init__.py``;
+other packages add names through the ``modelforge.plugins`` entry point group,
+loaded the first time any registry is asked for a name it does not hold.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import logging
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
+from typing import Generic, TypeVar
+
+from modelforge.errors import ModelforgeError, UnknownNameError
+
+T = TypeVar("T", bound=Callable)
+
+PLUGIN_GROUP = "modelforge.plugins"
+log = logging.getLogger(__name__)
+
+
+class Registry(Generic[T]):
+    """A mapping from names to classes or factories (never instances)."""
+
+    def __init__(self, name: str, description: str) -> None:
+        self.name = name
+        self.description = description
+        self._entries: dict[str, T] = {}
+        self._descriptions: dict[str, str] = {}
+
+    def register(
+        self, name: str | None = None, *, force: bool = False, description: str | None = None
+    ) -> Callable[[T], T]:
+        """Decorator form of :meth:`add`; the name defaults to the object's ``__name__``."""
+
+        def decorator(obj: T) -> T:
+            self.add(name or obj.__name__, obj, force=force, description=description)
+            return obj
+
+        return decorator
+
+    def add(self, name: str, obj: T, *, force: bool = False, description: str | None = None) -> None:
+        """Register ``obj`` under ``name``; a taken name is an error unless ``force``."""
+        if not callable(obj):
+            raise TypeError(f"registry {self.name!r} holds classes or factories, got {obj!r}")
+        if name in self._entries and not force:
+            raise ModelforgeError(
+                f"{self.name} registry: name {name!r} is already registered to "
+                f"{_qualname(self._entries[name])}; pass force=True to replace it"
+            )
+        self._entries[name] = obj
+        self._descriptions[name] = description or _first_doc_line(obj)
+
+    def get(self, key: str | T, *, path: str = "") -> T:
+        """Look up a name; a callable passes through unchanged.
+
+        Raises:
+            UnknownNameError: naming this registry, the key, the config path,
+                the closest names and every valid name.
+        """
+        if callable(key) and not isinstance(key, str):
+            return key
+        if key not in self._entries:
+            load_plugins()
+        if key not in self._entries:
+            raise UnknownNameError(self.name.rstrip("s"), key, self._entries, path=path)
+        return self._entries[key]
+
+    def describe(self, name: str) -> str:
+        return self._descriptions[name]
+
+    def names(self, pattern: str = "*") -> list[str]:
+        """Sorted names, filtered by a glob."""
+        load_plugins()
+        return sorted(n for n in self._entries if fnmatch.fnmatchcase(n, pattern))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.name!r}, {len(self)} names)"
+
+
+def _first_doc_line(obj: object) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _qualname(obj: object) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', obj)}"
+
+
+ACTIVATIONS: Registry = Registry("activations", "Non-linearities, chosen by key")
+BLOCKS: Registry = Registry("blocks", "Layer blocks built from plain arguments")
+MODELS: Registry = Registry("models", "Model builders, selected by model.name")
+INITIALIZERS: Registry = Registry("initializers", "Weight initializers applied with model.apply")
+HOOKS: Registry = Registry("hooks", "Hook plugins that look inside a running model")
+
+REGISTRIES: dict[str, Registry] = {
+    r.name: r for r in (ACTIVATIONS, BLOCKS, MODELS, INITIALIZERS, HOOKS)
+}
+
+_plugins_loaded = False
+
+
+def load_plugins() -> None:
+    """Import every ``modelforge.plugins`` entry point once, so their names register."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            loaded = ep.load()
+        except Exception as exc:  # a broken plugin must not break modelforge itself
+            log.warning("modelforge plugin %r failed to load: %s", ep.name, exc)
+            continue
+        if callable(loaded) and not isinstance(loaded, type):
+            loaded()  # an entry point may name a function that registers things
