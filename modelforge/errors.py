@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Iterable
 
 
-def closest_names(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+def closest_names(name: str, choices: Iterable[str], n: int = 1) -> list[str]:
     """Return up to ``n`` choices that look like ``name`` (for "did you mean")."""
     return difflib.get_close_matches(str(name), [str(c) for c in choices], n=n, cutoff=0.6)
 

@@ -30,20 +30,37 @@ class Registry(Generic[T]):
         self.description = description
         self._entries: dict[str, T] = {}
         self._descriptions: dict[str, str] = {}
+        self._schemas: dict[str, type] = {}
 
     def register(
-        self, name: str | None = None, *, force: bool = False, description: str | None = None
+        self,
+        name: str | None = None,
+        *,
+        force: bool = False,
+        description: str | None = None,
+        schema: type | None = None,
     ) -> Callable[[T], T]:
         """Decorator form of :meth:`add`; the name defaults to the object's ``__name__``."""
 
         def decorator(obj: T) -> T:
-            self.add(name or obj.__name__, obj, force=force, description=description)
+            self.add(name or obj.__name__, obj, force=force, description=description, schema=schema)
             return obj
 
         return decorator
 
-    def add(self, name: str, obj: T, *, force: bool = False, description: str | None = None) -> None:
-        """Register ``obj`` under ``name``; a taken name is an error unless ``force``."""
+    def add(
+        self,
+        name: str,
+        obj: T,
+        *,
+        force: bool = False,
+        description: str | None = None,
+        schema: type | None = None,
+    ) -> None:
+        """Register ``obj`` under ``name``; a taken name is an error unless ``force``.
+
+        ``schema`` is an optional dataclass of the options the name accepts in a config.
+        """
         if not callable(obj):
             raise TypeError(f"registry {self.name!r} holds classes or factories, got {obj!r}")
         if name in self._entries and not force:
@@ -53,6 +70,10 @@ class Registry(Generic[T]):
             )
         self._entries[name] = obj
         self._descriptions[name] = description or _first_doc_line(obj)
+        if schema is not None:
+            self._schemas[name] = schema
+        else:
+            self._schemas.pop(name, None)
 
     def get(self, key: str | T, *, path: str = "") -> T:
         """Look up a name; a callable passes through unchanged.
@@ -71,6 +92,10 @@ class Registry(Generic[T]):
 
     def describe(self, name: str) -> str:
         return self._descriptions[name]
+
+    def schema(self, name: str) -> type | None:
+        """The config schema registered with ``name``, if any."""
+        return self._schemas.get(name)
 
     def names(self, pattern: str = "*") -> list[str]:
         """Sorted names, filtered by a glob."""
@@ -104,9 +129,11 @@ BLOCKS: Registry = Registry("blocks", "Layer blocks built from plain arguments")
 MODELS: Registry = Registry("models", "Model builders, selected by model.name")
 INITIALIZERS: Registry = Registry("initializers", "Weight initializers applied with model.apply")
 HOOKS: Registry = Registry("hooks", "Hook plugins that look inside a running model")
+OPTIMIZERS: Registry = Registry("optimizers", "Optimizers, selected by optim.name")
+SCHEDULERS: Registry = Registry("schedulers", "Learning-rate schedules, selected by sched.name")
 
 REGISTRIES: dict[str, Registry] = {
-    r.name: r for r in (ACTIVATIONS, BLOCKS, MODELS, INITIALIZERS, HOOKS)
+    r.name: r for r in (ACTIVATIONS, BLOCKS, MODELS, INITIALIZERS, HOOKS, OPTIMIZERS, SCHEDULERS)
 }
 
 _plugins_loaded = False

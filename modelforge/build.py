@@ -1,0 +1,92 @@
+"""The one place where a model config meets the registries and becomes an ``nn.Module``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from modelforge.config import load_config, validate
+from modelforge.errors import ConfigError, closest_names
+from modelforge.layers.initializers import INIT_RULES, initialize, make_initializer
+from modelforge.layers.kwargs import check_kwargs
+from modelforge.registry import MODELS
+
+
+def _check_init(init: Mapping[str, Any], path: str) -> None:
+    for key, spec in init.items():
+        if key not in INIT_RULES:
+            raise ConfigError(f"{path}.{key}", f"no init rule {key!r}", allowed=INIT_RULES,
+                              suggestions=closest_names(str(key), INIT_RULES))
+        make_initializer(spec, f"{path}.{key}")
+
+
+def validate_model_config(cfg: Mapping[str, Any], path: str = "model") -> Any:
+    """Check a model config (plain mapping) and return its filled schema instance (or dict)."""
+    if "name" not in cfg:
+        raise ConfigError(f"{path}.name", "missing: which model to build", allowed=MODELS.names())
+    name = cfg["name"]
+    factory = MODELS.get(name, path=f"{path}.name")
+    schema = MODELS.schema(name)
+    if schema is None:  # a plugin model without a schema: check options against its signature
+        options = {k: v for k, v in cfg.items() if k not in ("name", "init")}
+        check_kwargs(factory, options, path, f"model {name!r}")
+        _check_init(cfg.get("init") or {}, f"{path}.init")
+        return dict(cfg)
+    checked = validate(cfg, schema, path, f"model {name!r}")
+    _check_init(checked.init or {}, f"{path}.init")
+    return checked
+
+
+def model_config_keys(name: str) -> set[str]:
+    """The keys a model's config takes (for CLI shortcuts like ``enc_sizes=...``)."""
+    schema = MODELS.schema(name)
+    if schema is not None:
+        return {f.name for f in dataclasses.fields(schema)}
+    from modelforge.layers.kwargs import accepted_kwargs
+
+    return set(accepted_kwargs(MODELS.get(name)) or ()) | {"name", "init"}
+
+
+def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int | None = None) -> nn.Module:
+    """Build the model a config describes and apply its weight init.
+
+    Args:
+        cfg: a model config (``{name: cnn, enc_sizes: [32, 64], ...}``) as a dict,
+            an OmegaConf config or a YAML file path. A full run config with a
+            ``model`` key is accepted too.
+        seed: when given, weights are drawn from this seed without disturbing
+            the caller's global random state: same seed, same weights.
+    """
+    plain = load_config(cfg)
+    if "name" not in plain and isinstance(plain.get("model"), Mapping):
+        plain = dict(plain["model"])
+    checked = validate_model_config(plain)
+    values = dataclasses.asdict(checked) if dataclasses.is_dataclass(checked) else dict(checked)
+    name = values.pop("name")
+    init = values.pop("init", None) or {}
+    factory = MODELS.get(name)
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        model = factory(**values)
+        initialize(model, init)
+    return model
+
+
+def model_config_from_run(run_cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
+    """The model config of a full run config, with CLI shortcuts (``enc_sizes=...``) merged in."""
+    from modelforge.config import apply_model_shortcuts
+
+    plain = load_config(run_cfg)
+    model = plain.get("model") or {}
+    name = model.get("name")
+    if name is None:
+        raise ConfigError("model.name", "missing: which model to build", allowed=MODELS.names())
+    MODELS.get(name, path="model.name")
+    return apply_model_shortcuts(plain, model_config_keys(name))

@@ -1,0 +1,148 @@
+"""Blocks: small ``nn.Sequential`` stacks built from plain arguments.
+
+A block never sees a config object. ``None`` (or ``False``) for an optional
+layer means "leave it out", as in torchvision's ``Conv2dNormActivation``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelforge.errors import ConfigError
+from modelforge.layers.activations import make_activation
+from modelforge.registry import BLOCKS
+
+POOLS = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}
+
+
+def _activation_name(spec: Any) -> str:
+    return spec if isinstance(spec, str) else str(dict(spec).get("name", spec)) if spec else "none"
+
+
+@BLOCKS.register("conv")
+class ConvBlock(nn.Sequential):
+    """Conv2d -> BatchNorm2d -> activation, then optional pooling and dropout."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 3,
+        stride: int = 1,
+        padding: int | None = None,
+        activation: Any = "relu",
+        norm: bool = True,
+        pool: str | None = None,
+        pool_size: int = 2,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        padding = kernel_size // 2 if padding is None else padding
+        layers: OrderedDict[str, nn.Module] = OrderedDict()
+        layers["conv"] = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias)
+        if norm:
+            layers["norm"] = nn.BatchNorm2d(out_channels)
+        if activation:
+            layers["act"] = make_activation(activation)
+        if pool:
+            if pool not in POOLS:
+                raise ConfigError("pool", f"unknown pooling {pool!r}", allowed=sorted(POOLS))
+            layers["pool"] = POOLS[pool](pool_size)
+        if dropout:
+            layers["drop"] = nn.Dropout2d(dropout)
+        super().__init__(layers)
+        self._summary = (
+            f"{in_channels} -> {out_channels}, kernel={kernel_size}, stride={stride}, padding={padding}, "
+            f"norm={bool(norm)}, act={_activation_name(activation)}, pool={pool or 'none'}, dropout={dropout}"
+        )
+
+    def extra_repr(self) -> str:
+        return self._summary
+
+
+@BLOCKS.register("linear")
+class LinearBlock(nn.Sequential):
+    """Linear -> optional BatchNorm1d -> activation -> optional dropout."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        activation: Any = "relu",
+        norm: bool = False,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        layers: OrderedDict[str, nn.Module] = OrderedDict()
+        layers["linear"] = nn.Linear(in_features, out_features, bias=bias)
+        if norm:
+            layers["norm"] = nn.BatchNorm1d(out_features)
+        if activation:
+            layers["act"] = make_activation(activation)
+        if dropout:
+            layers["drop"] = nn.Dropout(dropout)
+        super().__init__(layers)
+        self._summary = (
+            f"{in_features} -> {out_features}, norm={bool(norm)}, "
+            f"act={_activation_name(activation)}, dropout={dropout}"
+        )
+
+    def extra_repr(self) -> str:
+        return self._summary
+
+
+@BLOCKS.register("pool")
+class Pool(nn.Module):
+    """2-D max or average pooling (kind: max | avg)."""
+
+    def __init__(self, kind: str = "max", size: int = 2) -> None:
+        super().__init__()
+        if kind not in POOLS:
+            raise ConfigError("kind", f"unknown pooling {kind!r}", allowed=sorted(POOLS))
+        self.kind, self.size = kind, size
+        self.pool = POOLS[kind](size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x)
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind}, size={self.size}"
+
+
+BLOCKS.add("flatten", nn.Flatten, description="Flatten all but the batch dimension")
+BLOCKS.add("global_avg_pool", lambda: nn.AdaptiveAvgPool2d(1), description="Average each channel to 1x1")
+BLOCKS.add("dropout", nn.Dropout, description="Dropout with probability p")
+BLOCKS.add("activation", make_activation, description="A lone activation, e.g. {spec: relu}")
+
+
+@BLOCKS.register("add")
+class Add(nn.Module):
+    """Merge node: element-wise sum of its inputs (all of one shape)."""
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        out = inputs[0]
+        for x in inputs[1:]:
+            out = out + x
+        return out
+
+
+@BLOCKS.register("concat")
+class Concat(nn.Module):
+    """Merge node: concatenation of its inputs along ``dim`` (channels by default)."""
+
+    def __init__(self, dim: int = 1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return torch.cat(inputs, dim=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+MERGE_BLOCKS = (Add, Concat)

@@ -1,0 +1,134 @@
+"""Weight initializers, applied to a built model with ``model.apply``.
+
+An initializer factory takes its options and returns a function that fills a
+tensor in place, or ``None`` for ``default`` (keep what PyTorch chose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelforge.layers.kwargs import check_kwargs, split_spec
+from modelforge.registry import INITIALIZERS
+
+TensorInit = Callable[[torch.Tensor], Any]
+
+# Which rule of the init config applies to which parameter.
+INIT_RULES = ("conv", "linear", "bias", "norm")
+
+
+@INITIALIZERS.register("default")
+def default() -> None:
+    """Keep PyTorch's own initialization."""
+    return None
+
+
+@INITIALIZERS.register("kaiming_normal")
+def kaiming_normal(mode: str = "fan_out", nonlinearity: str = "relu", a: float = 0.0) -> TensorInit:
+    """He normal init (good for ReLU-family networks)."""
+    return lambda t: nn.init.kaiming_normal_(t, a=a, mode=mode, nonlinearity=nonlinearity)
+
+
+@INITIALIZERS.register("kaiming_uniform")
+def kaiming_uniform(mode: str = "fan_in", nonlinearity: str = "relu", a: float = 0.0) -> TensorInit:
+    """He uniform init."""
+    return lambda t: nn.init.kaiming_uniform_(t, a=a, mode=mode, nonlinearity=nonlinearity)
+
+
+@INITIALIZERS.register("xavier_normal")
+def xavier_normal(gain: float = 1.0) -> TensorInit:
+    """Glorot normal init (good for tanh/sigmoid networks)."""
+    return lambda t: nn.init.xavier_normal_(t, gain=gain)
+
+
+@INITIALIZERS.register("xavier_uniform")
+def xavier_uniform(gain: float = 1.0) -> TensorInit:
+    """Glorot uniform init."""
+    return lambda t: nn.init.xavier_uniform_(t, gain=gain)
+
+
+@INITIALIZERS.register("normal")
+def normal(mean: float = 0.0, std: float = 0.02) -> TensorInit:
+    """Normal(mean, std)."""
+    return lambda t: nn.init.normal_(t, mean=mean, std=std)
+
+
+@INITIALIZERS.register("trunc_normal")
+def trunc_normal(std: float = 0.02) -> TensorInit:
+    """Normal(0, std) truncated at two standard deviations."""
+    return lambda t: nn.init.trunc_normal_(t, std=std, a=-2 * std, b=2 * std)
+
+
+@INITIALIZERS.register("orthogonal")
+def orthogonal(gain: float = 1.0) -> TensorInit:
+    """(Semi-)orthogonal matrix, reshaped for convolutions."""
+    return lambda t: nn.init.orthogonal_(t, gain=gain)
+
+
+@INITIALIZERS.register("constant")
+def constant(val: float = 0.0) -> TensorInit:
+    """Every element set to ``val``."""
+    return lambda t: nn.init.constant_(t, val)
+
+
+@INITIALIZERS.register("zeros")
+def zeros() -> TensorInit:
+    """Every element zero."""
+    return nn.init.zeros_
+
+
+@INITIALIZERS.register("ones")
+def ones() -> TensorInit:
+    """Every element one."""
+    return nn.init.ones_
+
+
+def make_initializer(spec: Any, path: str) -> TensorInit | None:
+    """Build one tensor initializer from ``"name"`` or ``{name: ..., **options}``."""
+    name, options = split_spec(spec, path, "initializer")
+    factory = INITIALIZERS.get(name, path=path)
+    check_kwargs(factory, options, path, f"initializer {name!r}")
+    return factory(**options)
+
+
+_NORMS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+
+
+def make_init_fn(init_cfg: Mapping[str, Any], path: str = "model.init") -> Callable[[nn.Module], None]:
+    """Turn an init config into a function for ``model.apply``.
+
+    Rules: ``conv`` and ``linear`` fill those layers' weights, ``bias`` their
+    biases, ``norm`` the weights (scales) of normalization layers.
+    """
+    rules = {key: make_initializer(init_cfg.get(key, "default"), f"{path}.{key}") for key in INIT_RULES}
+
+    def init_module(module: nn.Module) -> None:
+        if isinstance(module, nn.modules.conv._ConvNd):
+            weight_rule = rules["conv"]
+        elif isinstance(module, nn.Linear):
+            weight_rule = rules["linear"]
+        elif isinstance(module, _NORMS):
+            weight_rule = rules["norm"]
+            if weight_rule and module.weight is not None:
+                weight_rule(module.weight)
+            return
+        else:
+            return
+        if weight_rule:
+            weight_rule(module.weight)
+        if rules["bias"] and module.bias is not None:
+            rules["bias"](module.bias)
+
+    return init_module
+
+
+def initialize(model: nn.Module, init_cfg: Mapping[str, Any], path: str = "model.init") -> nn.Module:
+    """Apply the init config to every submodule, in place, without recording gradients."""
+    init_fn = make_init_fn(init_cfg, path)
+    with torch.no_grad():
+        model.apply(init_fn)
+    return model

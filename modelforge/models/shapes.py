@@ -1,0 +1,27 @@
+"""Shape arithmetic shared by model builders and their config checks."""
+
+from __future__ import annotations
+
+
+def conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
+    """Output length of a convolution along one spatial dimension (PyTorch's formula)."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def encoder_sizes(
+    input_size: tuple[int, int] | list[int],
+    n_layers: int,
+    kernel_size: int,
+    stride: int,
+    padding: int,
+    pool_size: int | None,
+) -> list[tuple[int, int]]:
+    """Spatial size after each conv block: conv, then pooling when ``pool_size`` is set."""
+    h, w = input_size
+    out = []
+    for _ in range(n_layers):
+        h, w = conv_out(h, kernel_size, stride, padding), conv_out(w, kernel_size, stride, padding)
+        if pool_size:
+            h, w = h // pool_size, w // pool_size
+        out.append((h, w))
+    return out

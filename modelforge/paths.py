@@ -1,0 +1,27 @@
+"""Where modelforge finds its Hydra configs, from a source checkout or an installed wheel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def conf_dir() -> Path:
+    """The ``conf/`` directory: shipped as ``modelforge/conf`` in a wheel, top-level in a checkout."""
+    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"modelforge's conf/ directory was not found next to {PACKAGE_DIR}; reinstall the package"
+    )
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Config groups (folders of conf/) and their options, for help texts."""
+    root = conf_dir()
+    return {
+        group.name: sorted(p.stem for p in group.glob("*.yaml"))
+        for group in sorted(root.iterdir())
+        if group.is_dir() and not group.name.startswith(("_", "."))
+    }

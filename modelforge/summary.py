@@ -1,0 +1,91 @@
+"""A text summary of a model: module tree, output shapes, parameters and buffers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class LayerRow:
+    """One module of the tree as the summary shows it."""
+
+    name: str
+    depth: int
+    kind: str
+    output_shape: str
+    params: int
+    buffers: int
+
+
+def _shape_of(output: Any) -> str:
+    if isinstance(output, torch.Tensor):
+        return str(list(output.shape))
+    if isinstance(output, (tuple, list)):
+        return "(" + ", ".join(_shape_of(o) for o in output) + ")"
+    if isinstance(output, dict):
+        return "{" + ", ".join(f"{k}: {_shape_of(v)}" for k, v in output.items()) + "}"
+    return type(output).__name__
+
+
+def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 2) -> list[LayerRow]:
+    """Run one dummy batch through ``model`` (eval mode, no grad) and describe every module."""
+    shapes: dict[str, str] = {}
+    handles = []
+    for name, module in model.named_modules():
+        def record(_m: nn.Module, _inp: Any, out: Any, name: str = name) -> None:
+            shapes[name] = _shape_of(out)
+
+        handles.append(module.register_forward_hook(record))
+    was_training = model.training
+    try:
+        param = next(model.parameters(), None)
+        device = param.device if param is not None else torch.device("cpu")
+        with torch.no_grad():
+            model.eval()(torch.zeros(batch_size, *input_shape, device=device))
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    rows = []
+    for name, module in model.named_modules():
+        rows.append(
+            LayerRow(
+                name=name or "(model)",
+                depth=name.count(".") + 1 if name else 0,
+                kind=type(module).__name__,
+                output_shape=shapes.get(name, "-"),
+                params=sum(p.numel() for p in module.parameters()),
+                buffers=sum(b.numel() for b in module.buffers()),
+            )
+        )
+    return rows
+
+
+def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[int, ...]) -> str:
+    """Render summary rows as an indented table with the totals at the end."""
+    header = ("Layer", "Type", "Output shape", "Params", "Buffers")
+    # Full dotted names, indented by depth: they are what hook targets (layers=[...]) match.
+    table = [(("  " * r.depth) + r.name, r.kind, r.output_shape,
+              f"{r.params:,}", f"{r.buffers:,}") for r in rows]
+    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
+    line = lambda cells: "  ".join(  # noqa: E731 - a local formatter reads best inline
+        str(c).ljust(w) if i < 3 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    )
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    buffers = sum(b.numel() for b in model.buffers())
+    size_mb = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]) / 2**20
+    rule = "-" * len(line(header))
+    return "\n".join([
+        f"Input shape: {list(input_shape)} (batch dimension first in the shapes below)",
+        rule, line(header), rule, *[line(r) for r in table], rule,
+        f"Trainable params: {trainable:,}",
+        f"Non-trainable params: {total - trainable:,}",
+        f"Buffers: {buffers:,}",
+        f"Params + buffers size: {size_mb:.2f} MB",
+        f"Total params: {total:,}",
+    ])

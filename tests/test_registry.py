@@ -1,0 +1,73 @@
+"""Registry behaviour and the built-in names that `import modelforge` registers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from torch import nn
+
+import modelforge
+from modelforge.errors import ModelforgeError, UnknownNameError
+from modelforge.registry import REGISTRIES, Registry
+
+EXPECTED = {
+    "activations": {"relu", "lrelu", "prelu", "gelu", "silu", "elu", "selu", "tanh", "sigmoid", "identity"},
+    "blocks": {"conv", "linear", "pool", "flatten", "global_avg_pool", "dropout", "activation", "add", "concat"},
+    "models": {"cnn", "seed_cnn", "mlp", "graph"},
+    "initializers": {"default", "kaiming_normal", "kaiming_uniform", "xavier_normal", "xavier_uniform",
+                     "normal", "orthogonal", "constant"},
+    "hooks": {"verbose", "grad_clip", "feature_capture", "grad_monitor"},
+    "optimizers": {"adam", "adamw", "sgd"},
+    "schedulers": {"none", "onecycle", "cosine"},
+}
+
+
+@pytest.mark.parametrize("registry", sorted(EXPECTED))
+def test_builtin_names_exist_after_import(registry: str) -> None:
+    assert EXPECTED[registry] <= set(modelforge.REGISTRIES[registry].names())
+
+
+@pytest.mark.parametrize("registry", sorted(EXPECTED))
+def test_every_name_has_a_description(registry: str) -> None:
+    reg = REGISTRIES[registry]
+    assert all(reg.describe(name) for name in reg.names()), [n for n in reg.names() if not reg.describe(n)]
+
+
+def test_taken_name_is_an_error_unless_forced() -> None:
+    reg = Registry("things", "test")
+    reg.add("a", nn.ReLU)
+    with pytest.raises(ModelforgeError, match="'a' is already registered.*force=True"):
+        reg.add("a", nn.GELU)
+    reg.add("a", nn.GELU, force=True)
+    assert reg.get("a") is nn.GELU
+
+
+def test_registry_holds_factories_not_instances() -> None:
+    with pytest.raises(TypeError, match="classes or factories"):
+        Registry("things", "test").add("x", 3)
+
+
+def test_unknown_name_names_registry_key_path_and_suggests() -> None:
+    with pytest.raises(UnknownNameError) as info:
+        modelforge.ACTIVATIONS.get("gelu2", path="model.activation")
+    message = str(info.value)
+    assert message.startswith("model.activation: unknown activation 'gelu2'")
+    assert "did you mean 'gelu'?" in message
+    assert "allowed: elu, gelu, identity, lrelu, prelu, relu, selu, sigmoid, silu, tanh" in message
+
+
+def test_lookup_accepts_a_callable() -> None:
+    assert modelforge.ACTIVATIONS.get(nn.Hardswish) is nn.Hardswish
+
+
+def test_glob_filter() -> None:
+    assert modelforge.BLOCKS.names("con*") == ["concat", "conv"]
+
+
+def test_import_does_not_load_lightning() -> None:
+    code = ("import sys, modelforge; m = modelforge.build_model({'name': 'cnn'}); "
+            "assert 'pytorch_lightning' not in sys.modules and 'lightning' not in sys.modules, "
+            "[k for k in sys.modules if 'lightning' in k]")
+    subprocess.run([sys.executable, "-c", code], check=True)
