@@ -1,7 +1,19 @@
-"""modelforge: describe a PyTorch model in YAML, build it through registries."""
+"""modelforge: describe a PyTorch model in YAML, build it through registries.
 
-from modelforge.errors import ConfigError, DataError, ModelforgeError, UnknownNameError
+Importing modelforge registers every built-in name (activations, blocks,
+initializers, models, hooks) through the explicit imports below, and never
+imports Lightning: building a model needs torch, omegaconf and nothing else.
+"""
+
+from modelforge import hooks, layers, models, optim  # noqa: F401 - these imports register the built-ins
+from modelforge.build import build_model, model_config_from_run, validate_model_config
+from modelforge.errors import CheckpointError, ConfigError, DataError, ModelforgeError, UnknownNameError
+from modelforge.hooks import build_hook_plugins
+from modelforge.layers import ConvBlock, LinearBlock, initialize, make_activation
 from modelforge.registry import ACTIVATIONS, BLOCKS, HOOKS, INITIALIZERS, MODELS, REGISTRIES, Registry
+from modelforge.summary import format_summary, summarize
+
+__version__ = "0.1.0"
 
 __all__ = [
     "ACTIVATIONS",
@@ -10,9 +22,20 @@ __all__ = [
     "INITIALIZERS",
     "MODELS",
     "REGISTRIES",
+    "CheckpointError",
     "ConfigError",
+    "ConvBlock",
     "DataError",
+    "LinearBlock",
     "ModelforgeError",
     "Registry",
     "UnknownNameError",
+    "build_hook_plugins",
+    "build_model",
+    "format_summary",
+    "initialize",
+    "make_activation",
+    "model_config_from_run",
+    "summarize",
+    "validate_model_config",
 ]

@@ -1,0 +1,1 @@
+"""Command-line commands; ``modelforge/__main__.py`` dispatches to them."""

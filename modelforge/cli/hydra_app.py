@@ -1,0 +1,71 @@
+"""Running a command as a Hydra app, with modelforge's errors printed cleanly."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from modelforge.errors import ModelforgeError
+from modelforge.paths import conf_dir
+
+EXIT_CONFIG_ERROR = 2
+
+
+def _register_resolvers() -> None:
+    # A per-process suffix for run directories: two launches in the same second never collide.
+    if not OmegaConf.has_resolver("mf_uid"):
+        OmegaConf.register_new_resolver("mf_uid", lambda: uuid.uuid4().hex[:6], use_cache=True)
+
+
+def is_multirun() -> bool:
+    """True inside a job launched by ``-m`` (a sweep)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def report_errors(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
+    """Print a ModelforgeError as one clear message and exit non-zero, without a traceback.
+
+    In a sweep the error is re-raised instead, so Hydra marks that one job failed
+    and the others still run.
+    """
+
+    @functools.wraps(task)
+    def wrapper(cfg: DictConfig) -> Any:
+        try:
+            return task(cfg)
+        except ModelforgeError as exc:
+            if is_multirun():
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_CONFIG_ERROR) from None
+
+    return wrapper
+
+
+def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[str], prog: str) -> Any:
+    """Run ``task`` as a Hydra app over ``argv`` (overrides and Hydra flags)."""
+    _register_resolvers()
+    # Hydra parses sys.argv itself; hand it only what follows the subcommand.
+    saved = sys.argv
+    sys.argv = [prog, *argv]
+
+    @functools.wraps(task)
+    def with_full_argv(cfg: DictConfig) -> Any:
+        # Lightning's DDP launcher re-runs sys.argv in child processes: give it the subcommand back.
+        sys.argv = saved
+        return task(cfg)
+
+    try:
+        main = hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
+        return main(report_errors(with_full_argv))()
+    finally:
+        sys.argv = saved

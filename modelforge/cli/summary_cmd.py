@@ -1,0 +1,27 @@
+"""``python -m modelforge summary model=...``: print the model a config builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from modelforge.build import build_model, model_config_from_run
+from modelforge.hooks import build_hook_plugins
+from modelforge.summary import format_summary, summarize
+
+
+def summary_task(cfg: DictConfig) -> None:
+    """Build, attach any hook plugins, run one dummy batch and print the table."""
+    model_cfg = model_config_from_run(cfg)
+    plugins = build_hook_plugins(cfg.get("hooks"), path="hooks")
+    model = build_model(model_cfg, seed=cfg.seed)
+    handles = [p.attach(model, run_dir=Path.cwd()) for p in plugins]
+    try:
+        rows = summarize(model, model.input_shape, batch_size=cfg.batch_size)
+    finally:
+        for handle in handles:
+            handle.remove()
+    print(model)
+    print()
+    print(format_summary(model, rows, model.input_shape))

@@ -1,0 +1,157 @@
+"""``train(cfg)`` and ``evaluate(cfg)``: plain functions that the Hydra commands wrap.
+
+Everything is validated before any work starts: model, optimizer, schedule,
+hooks, trainer options, data files and checkpoint. A failure after that still
+leaves the run directory with what was saved and a ``metrics.json`` saying so.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from omegaconf import DictConfig
+
+from modelforge.build import build_model, model_config_from_run, validate_model_config
+from modelforge.config import load_config
+from modelforge.errors import ConfigError
+from modelforge.hooks import build_hook_plugins
+from modelforge.optim import validate_optim
+from modelforge.train.checkpoint import check_fits, load_checkpoint
+from modelforge.train.module import ClassifierModule
+from modelforge.train.rundir import current_run_dir, write_json, write_yaml
+from modelforge.train.trainer import (
+    build_datamodule,
+    build_trainer,
+    check_run_dir_is_new,
+    format_metrics,
+    hydra_overrides,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Prepared:
+    """Everything a run needs, built only after every check passed."""
+
+    config: dict[str, Any]
+    module: ClassifierModule
+    datamodule: pl.LightningDataModule
+    trainer: pl.Trainer
+    run_dir: Path
+    ckpt: dict[str, Any] | None
+
+
+def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
+    plain = load_config(cfg)
+    check_run_dir_is_new(run_dir)
+    plain["model"] = model_config_from_run(plain)
+    for key in ("enc_sizes", "dec_sizes", "activation"):
+        plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
+    validate_model_config(plain["model"])
+    validate_optim(plain.get("optim") or {}, plain.get("sched"))
+    plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
+    datamodule = build_datamodule(plain.get("data") or {})
+    ckpt = load_checkpoint(plain["ckpt_path"]) if plain.get("ckpt_path") else None
+    datamodule.prepare_data()  # verifies (or fetches) the data files before any training
+    model = build_model(plain["model"], seed=plain.get("seed"))
+    module = ClassifierModule(
+        model,
+        config=plain,
+        n_classes=getattr(datamodule, "n_classes", 10),
+        label_smoothing=float(plain.get("label_smoothing") or 0.0),
+        channels_last=bool(plain.get("channels_last")),
+        compile=bool(plain.get("compile")),
+    )
+    if ckpt is not None:
+        check_fits(ckpt, module)
+    trainer = build_trainer(plain, run_dir, plugins)
+    return Prepared(plain, module, datamodule, trainer, run_dir, ckpt)
+
+
+def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> float:
+    """Train, test the final weights, write ``metrics.json``; return the monitored metric.
+
+    ``cfg`` is a full run config (as composed from ``conf/train.yaml``). The
+    return value (``cfg.monitor``, ``val/acc`` by default) is what sweepers optimize.
+    """
+    run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
+    plain = load_config(cfg)
+    if plain.get("seed") is not None:
+        pl.seed_everything(plain["seed"], workers=True, verbose=False)
+    prep = _prepare(plain, run_dir)
+    trainer, module = prep.trainer, prep.module
+    monitor = plain.get("monitor", "val/acc")
+    metrics: dict[str, Any] = {
+        "status": "running",
+        "overrides": hydra_overrides(),
+        "params": sum(p.numel() for p in module.model.parameters()),
+        "monitor": monitor,
+        "run_dir": str(run_dir),
+    }
+    if trainer.is_global_zero:
+        write_yaml(run_dir / "config.yaml", prep.config)
+    start_epoch = int(prep.ckpt.get("epoch", -1)) + 1 if prep.ckpt else 0
+    started = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=prep.datamodule, ckpt_path=plain.get("ckpt_path"), weights_only=True)
+        metrics["train_time_s"] = round(time.perf_counter() - started, 2)
+        metrics.update(_scalars(trainer.callback_metrics, prefix="val/"))
+        if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:
+            metrics[f"best_{monitor}"] = float(trainer.checkpoint_callback.best_model_score)
+            metrics["best_ckpt"] = trainer.checkpoint_callback.best_model_path
+        # Test the final weights (= last.ckpt), so `eval` of last.ckpt reproduces these numbers.
+        results = trainer.test(module, datamodule=prep.datamodule, verbose=False)
+        metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
+        metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
+                       global_step=trainer.global_step, status="finished")
+    except BaseException as exc:
+        metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                       train_time_s=round(time.perf_counter() - started, 2))
+        raise
+    finally:
+        if trainer.is_global_zero:
+            write_json(run_dir / "metrics.json", metrics)
+    if trainer.is_global_zero:
+        print(format_metrics(metrics, run_dir))
+    value = metrics.get(monitor)
+    if value is None:
+        raise ConfigError("monitor", f"the run logged no metric {monitor!r}",
+                          allowed=sorted(k for k, v in metrics.items() if isinstance(v, float)))
+    return float(value)
+
+
+def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
+    """Rebuild the model stored in ``cfg.ckpt_path`` and report its test metrics."""
+    plain = load_config(cfg)
+    if not plain.get("ckpt_path"):
+        raise ConfigError("ckpt_path", "missing: which checkpoint to evaluate",
+                          hint="python -m modelforge eval ckpt_path=RUN/checkpoints/last.ckpt")
+    ckpt = load_checkpoint(plain["ckpt_path"])
+    stored = ckpt["hyper_parameters"]["config"]
+    datamodule = build_datamodule(plain.get("data") or stored.get("data") or {})
+    datamodule.prepare_data()
+    model = build_model(stored["model"])
+    module = ClassifierModule(model, config=stored, n_classes=getattr(datamodule, "n_classes", 10))
+    check_fits(ckpt, module)
+    module.load_state_dict(ckpt["state_dict"])
+    run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
+    trainer = build_trainer({**stored, "trainer": plain.get("trainer") or {}, "hooks": None, "logger": None},
+                            run_dir, plugins=[], for_eval=True)
+    results = trainer.test(module, datamodule=datamodule, verbose=False)
+    metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+    if trainer.is_global_zero:
+        write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"])})
+        print(format_metrics({**metrics, "ckpt_path": str(plain["ckpt_path"])}, run_dir))
+    return metrics
+
+
+def _scalars(values: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    return {k: float(v) for k, v in values.items() if k.startswith(prefix)}
+

@@ -1,0 +1,43 @@
+"""Top-level dispatch, `--help` and `list`."""
+
+from __future__ import annotations
+
+
+def test_help_names_commands_and_config_groups(cli) -> None:
+    result = cli("--help")
+    assert result.returncode == 0
+    for word in ("train", "eval", "summary", "list", "model", "cnn, graph, mlp, seed_cnn", "optim", "hooks"):
+        assert word in result.stdout
+
+
+def test_unknown_command_suggests(cli) -> None:
+    result = cli("sumary", "model=cnn")
+    assert result.returncode == 2 and "did you mean 'summary'" in result.stderr
+
+
+def test_list_everything(cli) -> None:
+    result = cli("list")
+    assert result.returncode == 0
+    for header in ("activations:", "blocks:", "models:", "initializers:", "hooks:", "optimizers:", "schedulers:"):
+        assert header in result.stdout
+
+
+def test_list_one_registry_with_descriptions(cli) -> None:
+    result = cli("list", "activations")
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("activations:")
+    names = [line.split()[0] for line in lines[1:]]
+    assert {"relu", "lrelu", "gelu", "silu", "tanh"} <= set(names)
+    assert any(line.split()[0] == "lrelu" and "negative_slope" in line for line in lines[1:])
+    assert "conv" not in names
+
+
+def test_list_glob(cli) -> None:
+    result = cli("list", "blocks", "conv*")
+    assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["conv"]
+
+
+def test_list_unknown_registry(cli) -> None:
+    result = cli("list", "activation")
+    assert result.returncode != 0 and "did you mean 'activations'" in result.stderr
+    assert "Traceback" not in result.stderr
