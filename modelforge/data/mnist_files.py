@@ -1,0 +1,256 @@
+"""The four MNIST files: where they live, what they must contain, and fetching them.
+
+Nothing here imports Lightning, so checking or fetching the data stays cheap to import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import socket
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, parse_idx, read_idx_bytes
+from modelforge.errors import DataError
+
+
+@dataclass(frozen=True)
+class MnistFile:
+    """One of the four files: its base name (no ``.gz``), split, kind, and known contents."""
+
+    name: str
+    split: str  # "train" or "test"
+    kind: str  # "images" or "labels"
+    size: int  # bytes once uncompressed
+    md5: str  # of the uncompressed bytes, so .gz and raw copies check alike
+
+    @property
+    def magic(self) -> int:
+        return IMAGES_MAGIC if self.kind == "images" else LABELS_MAGIC
+
+
+MNIST_FILES: tuple[MnistFile, ...] = (
+    MnistFile("train-images-idx3-ubyte", "train", "images", 47040016, "6bbc9ace898e44ae57da46a324031adb"),
+    MnistFile("train-labels-idx1-ubyte", "train", "labels", 60008, "a25bea736e30d166cdddb491f175f624"),
+    MnistFile("t10k-images-idx3-ubyte", "test", "images", 7840016, "2646ac647ad5339dbf082846283269ea"),
+    MnistFile("t10k-labels-idx1-ubyte", "test", "labels", 10008, "27ae3e4e09519cfbb04c329615203637"),
+)
+
+# Tried in order; each serves <mirror><name>.gz (torchvision's and TensorFlow's copies).
+MIRRORS: tuple[str, ...] = (
+    "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "https://storage.googleapis.com/cvdf-datasets/mnist/",
+)
+DOWNLOAD_TIMEOUT_S = 30.0
+_MAX_DOWNLOAD_BYTES = 64 << 20  # the largest MNIST .gz is 9.9 MB; more is not MNIST
+_HINT = ("put the four files (.gz or uncompressed) there, or point data.data_dir=/path/to/mnist "
+         "(or the MODELFORGE_DATA environment variable) at a folder that holds them")
+
+# md5 of 47 MB costs ~70 ms: once per process per file version is enough.
+_md5_cache: dict[tuple[str, int, int], str] = {}
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """The folder that holds (or will hold) MNIST, as an absolute path.
+
+    ``data_dir`` when given, else ``$MODELFORGE_DATA``, else a per-user cache folder
+    (``$XDG_CACHE_HOME/modelforge/mnist``, default ``~/.cache/modelforge/mnist``): never
+    the run's working directory, so runs share one copy.
+    """
+    if data_dir is None or str(data_dir) == "":
+        data_dir = os.environ.get("MODELFORGE_DATA") or None
+    if data_dir is None:
+        cache = os.environ.get("XDG_CACHE_HOME", "")
+        # The XDG spec says relative values are invalid and must be ignored.
+        base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+        return base / "modelforge" / "mnist"
+    return Path(data_dir).expanduser().absolute()
+
+
+def find_file(data_dir: Path, spec: MnistFile) -> Path | None:
+    """The raw or ``.gz`` copy of ``spec`` in ``data_dir`` (raw first: no gunzip), if any."""
+    for candidate in (data_dir / spec.name, data_dir / f"{spec.name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_checked(path: Path, spec: MnistFile, *, verify: bool = True) -> torch.Tensor:
+    """Read ``path`` as ``spec`` and return its uint8 tensor.
+
+    The IDX header and length always get checked; ``verify`` adds the known size and md5.
+    """
+    data = read_idx_bytes(path)
+    if verify and len(data) != spec.size:
+        what = "truncated" if len(data) < spec.size else "too long"
+        raise DataError(f"{path}: {what}: expected {spec.size} bytes (uncompressed), found {len(data)}; "
+                        "delete it so that it can be fetched again")
+    tensor = parse_idx(data, magic=spec.magic, where=str(path))
+    if verify:
+        digest = _md5(path, data)
+        if digest != spec.md5:
+            raise DataError(f"{path}: checksum mismatch: md5 of the uncompressed bytes is {digest}, "
+                            f"expected {spec.md5}; the file is damaged or not the original MNIST")
+    return tensor
+
+
+def ensure_files(
+    data_dir: str | Path | None = None,
+    *,
+    download: bool = True,
+    verify: bool = True,
+    mirrors: Sequence[str] = MIRRORS,
+    files: Sequence[MnistFile] = MNIST_FILES,
+    timeout: float = DOWNLOAD_TIMEOUT_S,
+) -> dict[str, Path]:
+    """Find each file in ``data_dir``, downloading the missing ones; map name -> path.
+
+    Raises:
+        DataError: once, listing every file still missing, the mirrors tried and why they failed.
+    """
+    root = resolve_data_dir(data_dir)
+    found = {spec.name: find_file(root, spec) for spec in files}
+    missing = [spec for spec in files if found[spec.name] is None]
+    failures: dict[str, list[str]] = {m: [] for m in mirrors}
+    if missing and download:
+        _make_writable_dir(root, [spec.name for spec in missing])
+        for spec in missing:
+            found[spec.name] = _download(spec, root, mirrors, failures, verify=verify, timeout=timeout)
+    still_missing = [spec.name for spec in files if found[spec.name] is None]
+    if still_missing:
+        raise DataError(_missing_message(root, still_missing, failures, download))
+    return {name: path for name, path in found.items() if path is not None}
+
+
+def load_mnist(
+    data_dir: str | Path | None = None,
+    *,
+    download: bool = True,
+    verify: bool = True,
+    mirrors: Sequence[str] = MIRRORS,
+    files: Sequence[MnistFile] = MNIST_FILES,
+    timeout: float = DOWNLOAD_TIMEOUT_S,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Fetch if needed, check and read MNIST.
+
+    Returns ``{"train" | "test": (images uint8 [N, 28, 28], labels int64 [N])}``; the
+    arguments are those of :func:`ensure_files`.
+    """
+    paths = ensure_files(data_dir, download=download, verify=verify, mirrors=mirrors, files=files,
+                         timeout=timeout)
+    arrays = {spec.name: read_checked(paths[spec.name], spec, verify=verify) for spec in files}
+    splits = {}
+    for split in ("train", "test"):
+        images_spec, labels_spec = (_pick(files, split, kind) for kind in ("images", "labels"))
+        images, labels = arrays[images_spec.name], arrays[labels_spec.name]
+        where_images, where_labels = paths[images_spec.name], paths[labels_spec.name]
+        if tuple(images.shape[1:]) != (28, 28):
+            raise DataError(f"{where_images}: images are {list(images.shape[1:])} pixels, expected 28x28")
+        if len(images) != len(labels):
+            raise DataError(f"{where_images} holds {len(images)} images but {where_labels} "
+                            f"holds {len(labels)} labels; they must match")
+        if len(labels) and int(labels.max()) > 9:
+            raise DataError(f"{where_labels}: labels must be digits 0..9, found {int(labels.max())}")
+        splits[split] = (images, labels.long())
+    return splits
+
+
+def _make_writable_dir(root: Path, missing: list[str]) -> None:
+    """Downloads land in ``root``: make sure they can, before trying any mirror."""
+    what = f"MNIST files missing from data_dir {root}: {', '.join(missing)}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"{what}; the folder cannot be created ({e.strerror or e})\n  hint: {_HINT}") from e
+    if not os.access(root, os.W_OK):
+        raise DataError(f"{what}; the folder is not writable, so they cannot be downloaded there\n"
+                        f"  hint: {_HINT}")
+
+
+def _pick(files: Sequence[MnistFile], split: str, kind: str) -> MnistFile:
+    for spec in files:
+        if spec.split == split and spec.kind == kind:
+            return spec
+    raise ValueError(f"the file table has no {split} {kind}")
+
+
+def _md5(path: Path, data: bytes) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _md5_cache:
+        _md5_cache[key] = hashlib.md5(data).hexdigest()
+    return _md5_cache[key]
+
+
+def _download(spec: MnistFile, root: Path, mirrors: Sequence[str], failures: dict[str, list[str]],
+              *, verify: bool, timeout: float) -> Path | None:
+    """Try each mirror for ``spec``; on success the verified file lands atomically in ``root``."""
+    target = root / f"{spec.name}.gz"
+    for mirror in mirrors:
+        if failures[mirror] and failures[mirror][-1].startswith("unreachable"):
+            continue  # one connection failure per mirror is enough; don't wait on it four times
+        url = mirror.rstrip("/") + f"/{spec.name}.gz"
+        tmp: Path | None = None
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.name}.", suffix=".part.gz", dir=root)
+            tmp = Path(tmp_name)
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+                _copy_bounded(response, out)
+            read_checked(tmp, spec, verify=verify)
+            os.replace(tmp, target)  # atomic: a reader never sees half a file
+            return target
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError, DataError) as e:
+            failures[mirror].append(_reason(e, spec, timeout))
+        finally:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+    return None
+
+
+def _copy_bounded(response, out) -> None:
+    total = 0
+    while chunk := response.read(1 << 20):
+        total += len(chunk)
+        if total > _MAX_DOWNLOAD_BYTES:
+            raise DataError(f"served more than {_MAX_DOWNLOAD_BYTES >> 20} MB")
+        out.write(chunk)
+
+
+def _reason(error: Exception, spec: MnistFile, timeout: float) -> str:
+    """A few words on why a download failed."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"{spec.name}.gz: HTTP {error.code} {error.reason}"
+    if isinstance(error, DataError):
+        return f"{spec.name}.gz: downloaded file failed its check ({str(error).split(': ', 1)[-1]})"
+    cause = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(cause, (TimeoutError, socket.timeout)):
+        return f"unreachable (no answer within {timeout:g} s)"
+    if isinstance(cause, socket.gaierror):
+        return "unreachable (host name not resolved: offline?)"
+    if isinstance(cause, ConnectionRefusedError):
+        return "unreachable (connection refused)"
+    if isinstance(error, urllib.error.URLError):
+        return f"unreachable ({cause})"
+    return f"{spec.name}.gz: {error}"
+
+
+def _missing_message(root: Path, missing: list[str], failures: dict[str, list[str]], download: bool) -> str:
+    lines = [f"MNIST files missing from data_dir {root}: " + ", ".join(missing) + " (.gz or uncompressed)"]
+    if not download:
+        lines.append("  downloading is off (data.download=false)")
+    elif not failures:
+        lines.append("  no mirrors to download from (data.mirrors is empty)")
+    else:
+        lines.append("  downloading them failed:")
+        for mirror, reasons in failures.items():
+            lines.append(f"    {mirror}: " + ("; ".join(dict.fromkeys(reasons)) or "not tried"))
+    lines.append(f"  hint: {_HINT}")
+    return "\n".join(lines)

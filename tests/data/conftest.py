@@ -1,0 +1,54 @@
+"""Fixtures for the data tests: generated MNIST files and loopback-only 'mirrors'."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.data_helpers import write_mnist_idx
+
+
+@pytest.fixture
+def mnist_dir(tmp_path: Path):
+    """(folder, file table) with 64 train / 32 test generated images as .gz files."""
+    folder = tmp_path / "mnist"
+    return folder, write_mnist_idx(folder, n_train=64, n_test=32)
+
+
+@pytest.fixture
+def refused_url() -> Iterator[str]:
+    """A loopback URL whose port is bound but not listening: connections are refused at once."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mnist/"
+    finally:
+        sock.close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def serve_dir() -> Iterator:
+    """``serve_dir(folder) -> url``: an HTTP server on 127.0.0.1 serving ``folder``; stopped after the test."""
+    servers = []
+
+    def serve(folder: Path) -> str:
+        handler = functools.partial(_QuietHandler, directory=str(folder))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()

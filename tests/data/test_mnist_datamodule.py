@@ -1,0 +1,280 @@
+"""MNISTDataModule on generated files: splits, batches, normalization, augmentation, DDP, Trainer."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.utilities.data import _update_dataloader
+from torch import nn
+from torch.utils.data import DistributedSampler
+
+from modelforge.data import MNISTDataModule, random_shift
+from modelforge.errors import ConfigError, DataError
+
+
+def make(mnist_dir, **kwargs) -> MNISTDataModule:
+    folder, table = mnist_dir
+    options = {"data_dir": folder, "files": table, "val_size": 16, "batch_size": 8, "download": False} | kwargs
+    dm = MNISTDataModule(**options)
+    dm.setup("fit")
+    return dm
+
+
+def keys(images: torch.Tensor) -> list[bytes]:
+    return [img.contiguous().numpy().tobytes() for img in images]
+
+
+def test_shapes_are_advertised() -> None:
+    assert MNISTDataModule.input_shape == (1, 28, 28) and MNISTDataModule.n_classes == 10
+
+
+@pytest.mark.parametrize("val_size", [16, 0.25])
+def test_split_sizes_and_partition(mnist_dir, val_size: int | float) -> None:
+    dm = make(mnist_dir, val_size=val_size)
+    assert dm.check() == {"train": 48, "val": 16, "test": 32}
+    assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (48, 16, 32)
+    train, val = keys(dm.train_set.images), keys(dm.val_set.images)
+    assert not set(train) & set(val)
+    everything = torch.cat([dm.train_set.images, dm.val_set.images])
+    from modelforge.data import load_mnist  # the same images, regrouped
+    assert sorted(keys(everything)) == sorted(keys(load_mnist(mnist_dir[0], verify=False)["train"][0]))
+
+
+def test_split_is_seeded(mnist_dir) -> None:
+    a, b, c = make(mnist_dir, seed=1), make(mnist_dir, seed=1), make(mnist_dir, seed=2)
+    assert torch.equal(a.val_set.images, b.val_set.images) and torch.equal(a.val_set.labels, b.val_set.labels)
+    assert not torch.equal(a.val_set.images, c.val_set.images)
+
+
+def test_batches_are_normalized_float_images_and_int64_labels(mnist_dir) -> None:
+    dm = make(mnist_dir)
+    x, y = next(iter(dm.val_dataloader()))
+    assert x.shape == (8, 1, 28, 28) and x.dtype == torch.float32
+    assert y.shape == (8,) and y.dtype == torch.int64
+    raw = dm.val_set.images[:8].float()
+    torch.testing.assert_close(x[:, 0], (raw / 255 - 0.1307) / 0.3081)
+    assert torch.equal(y, dm.val_set.labels[:8])
+    plain = make(mnist_dir, normalize=False)
+    torch.testing.assert_close(next(iter(plain.val_dataloader()))[0][:, 0], raw / 255)
+
+
+def test_single_items_match_batches(mnist_dir) -> None:
+    dm = make(mnist_dir)
+    x, y = dm.test_set[3]
+    xb, yb = dm.test_set.__getitems__([3])
+    assert x.shape == (1, 28, 28) and torch.equal(x, xb[0]) and y == yb[0]
+
+
+def test_random_shift_is_a_shift_within_bounds() -> None:
+    torch.manual_seed(0)
+    images = torch.randint(1, 256, (32, 28, 28), dtype=torch.uint8)  # no zeros: fill is visible
+    shifted = random_shift(images, 2)
+    assert shifted.shape == images.shape and shifted.dtype == torch.uint8
+    seen = set()
+    for src, out in zip(images, shifted):
+        matches = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3) if torch.equal(out, _shift(src, dy, dx))]
+        assert len(matches) == 1
+        seen.add(matches[0])
+    assert len(seen) > 5  # offsets vary per image
+    assert random_shift(images, 0) is images
+
+
+def _shift(image: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    out = torch.zeros_like(image)
+    h, w = image.shape
+    out[max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)] = image[max(-dy, 0):h - max(dy, 0),
+                                                                      max(-dx, 0):w - max(dx, 0)]
+    return out
+
+
+def test_augmentation_only_in_training(mnist_dir) -> None:
+    torch.manual_seed(0)
+    plain, augmented = make(mnist_dir), make(mnist_dir, augment_shift=3)
+    index = list(range(16))
+    xa, ya = augmented.train_set.__getitems__(index)
+    xp, yp = plain.train_set.__getitems__(index)
+    assert xa.shape == xp.shape and xa.dtype == xp.dtype and torch.equal(ya, yp)
+    assert not torch.equal(xa, xp)
+    for split in ("val_set", "test_set"):
+        a, p = getattr(augmented, split).__getitems__(index), getattr(plain, split).__getitems__(index)
+        assert torch.equal(a[0], p[0])
+
+
+def test_eval_loaders_keep_order_and_train_loader_shuffles(mnist_dir) -> None:
+    dm = make(mnist_dir, eval_batch_size=32)
+    (x, y), = list(dm.test_dataloader())
+    assert torch.equal(y, dm.test_set.labels)
+    torch.manual_seed(0)
+    train_labels = torch.cat([y for _, y in dm.train_dataloader()])
+    assert len(train_labels) == 48 and not torch.equal(train_labels, dm.train_set.labels)
+    assert torch.equal(train_labels.sort().values, dm.train_set.labels.sort().values)
+
+
+def test_setup_moves_data_to_the_trainer_device(mnist_dir) -> None:
+    # No GPU in CI: the "meta" device stands in for cuda; what matters is that the data follows
+    # strategy.root_device, batches are made there, and workers are dropped.
+    dm = make(mnist_dir, num_workers=2, augment_shift=2)
+    dm.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("meta")))
+    dm.setup("fit")
+    assert {s.images.device.type for s in (dm.train_set, dm.val_set, dm.test_set)} == {"meta"}
+    loader = dm.train_dataloader()
+    assert loader.num_workers == 0
+    x, y = dm.train_set.__getitems__([0, 1, 2])
+    assert x.device.type == "meta" and x.shape == (3, 1, 28, 28) and x.dtype == torch.float32
+
+
+def test_workers_on_cpu_data(mnist_dir) -> None:
+    dm = make(mnist_dir, num_workers=1)
+    labels = torch.cat([y for _, y in dm.val_dataloader()])
+    assert torch.equal(labels, dm.val_set.labels)
+
+
+def test_each_ddp_rank_gets_its_own_slice(mnist_dir) -> None:
+    # What Lightning does under DDP with use_distributed_sampler=True: re-create the loader around
+    # a DistributedSampler. Batches must stay whole-batch fetches and the ranks must split the data.
+    dm = make(mnist_dir)
+    seen = []
+    for rank in range(2):
+        loader = _update_dataloader(dm.train_dataloader(), DistributedSampler(dm.train_set, 2, rank, seed=0))
+        assert loader.batch_size == 8 and loader.collate_fn is dm.train_dataloader().collate_fn
+        batches = list(loader)
+        assert all(x.shape[1:] == (1, 28, 28) and x.dtype == torch.float32 for x, _ in batches)
+        seen.append(keys(torch.cat([x for x, _ in batches])[:, 0]))
+    assert len(seen[0]) == len(seen[1]) == 24 and not set(seen[0]) & set(seen[1])
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("batch_size", 0, r"data.batch_size: got 0\n  allowed: an integer >= 1"),
+    ("batch_size", True, r"data.batch_size: got True"),
+    ("eval_batch_size", 2.5, r"data.eval_batch_size: got 2.5"),
+    ("num_workers", -1, r"data.num_workers: got -1"),
+    ("augment_shift", 28, r"data.augment_shift: got 28\n  allowed: an integer in 0..27"),
+    ("val_size", 1.5, r"data.val_size: fraction 1.5 is outside \(0, 1\)"),
+    ("val_size", 0, r"data.val_size: got 0; validation needs at least one image"),
+    ("val_size", "10%", r"data.val_size: got '10%'"),
+    ("mirrors", "https://example.org/mnist/", r"data.mirrors: got 'https://example.org/mnist/'"),
+    ("mirrors", ["example.org/mnist/"], r"data.mirrors: 'example.org/mnist/' is not a URL"),
+])
+def test_bad_options_are_config_errors(key: str, value: object, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        MNISTDataModule(**{key: value})
+
+
+def test_val_size_too_large_for_the_data(mnist_dir) -> None:
+    folder, table = mnist_dir
+    dm = MNISTDataModule(data_dir=folder, files=table, download=False)  # val_size=5000 > 64 images
+    with pytest.raises(ConfigError, match=r"data.val_size: 5000 holds out 5000 of the 64 training images"):
+        dm.check()
+
+
+def test_check_fails_fast_on_missing_files(tmp_path, refused_url: str) -> None:
+    dm = MNISTDataModule(data_dir=tmp_path, mirrors=[refused_url])
+    with pytest.raises(DataError, match=r"(?s)data_dir .*: train-images-idx3-ubyte.*127.0.0.1"):
+        dm.prepare_data()
+
+
+def test_dataloader_before_setup_is_explained() -> None:
+    with pytest.raises(RuntimeError, match=r"setup\(\) must run before"):
+        MNISTDataModule().train_dataloader()
+
+
+class _Linear(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))
+
+    def _step(self, batch, stage: str):
+        x, y = batch
+        assert x.dtype == torch.float32 and x.shape[1:] == (1, 28, 28) and y.dtype == torch.int64
+        logits = self.net(x)
+        self.log(f"{stage}/acc", (logits.argmax(1) == y).float().mean())
+        return nn.functional.cross_entropy(logits, y)
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+def test_trainer_fits_the_generated_patterns(mnist_dir) -> None:
+    pl.seed_everything(0, verbose=False)
+    folder, table = mnist_dir
+    dm = MNISTDataModule(data_dir=folder, files=table, val_size=16, batch_size=16, download=False, augment_shift=1)
+    trainer = pl.Trainer(max_epochs=15, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    model = _Linear()
+    trainer.fit(model, datamodule=dm)
+    assert trainer.callback_metrics["val/acc"] >= 0.9
+    assert trainer.test(model, datamodule=dm, verbose=False)[0]["test/acc"] >= 0.9
+
+
+DDP_SCRIPT = """
+import sys, torch, pytorch_lightning as pl
+from torch import nn
+from modelforge.data import MNISTDataModule
+from tests.data_helpers import write_mnist_idx
+
+class Count(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net, self.seen = nn.Linear(784, 10), 0
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.seen += len(y)
+        return nn.functional.cross_entropy(self.net(x.flatten(1)), y)
+    def on_train_epoch_end(self):
+        print(f"rank {self.global_rank} saw {self.seen}", flush=True)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+if __name__ == "__main__":
+    table = write_mnist_idx(sys.argv[1], n_train=80, n_test=20)
+    dm = MNISTDataModule(data_dir=sys.argv[1], files=table, val_size=16, batch_size=8, download=False)
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Count(), datamodule=dm)
+"""
+
+
+@pytest.mark.slow
+def test_real_ddp_splits_the_training_set(tmp_path: Path) -> None:
+    script = tmp_path / "ddp_fit.py"
+    script.write_text(DDP_SCRIPT)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "mnist")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # Both ranks print to one pipe, so lines may interleave.
+    assert sorted(re.findall(r"rank (\d) saw (\d+)", out.stdout)) == [("0", "32"), ("1", "32")]  # 64 images
+
+
+def test_hydra_config_mirrors_the_constructor(mnist_dir) -> None:
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "data" / "mnist.yaml")
+    options = OmegaConf.to_container(cfg)
+    assert options.pop("name") == "mnist"
+    params = inspect.signature(MNISTDataModule).parameters
+    assert set(options) == set(params) - {"files"}  # files: a Python-only hook for tests
+    assert all(options[k] == params[k].default for k in options if k != "mirrors")
+    cfg.data_dir, cfg.val_size, cfg.mirrors = str(mnist_dir[0]), 0.25, ["http://127.0.0.1:1/"]
+    dm = MNISTDataModule(files=mnist_dir[1], **{k: v for k, v in cfg.items() if k != "name"})
+    assert dm.mirrors == ("http://127.0.0.1:1/",) and dm.check()["val"] == 16

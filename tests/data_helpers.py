@@ -1,0 +1,66 @@
+"""Tiny, learnable MNIST-format files for tests: ``from tests.data_helpers import write_mnist_idx``
+(pytest puts the repo root on ``sys.path``, where ``tests`` is a namespace package).
+
+Class k is a bright 5x5 square in cell k of a 3x4 grid over faint noise, so even a linear
+model fits it in a few steps. The IDX writer here is independent of ``modelforge.data.idx``
+on purpose: the reader is tested against a second implementation, not against itself.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import struct
+from pathlib import Path
+
+import torch
+
+from modelforge.data.mnist_files import MNIST_FILES, MnistFile
+
+
+def idx_bytes(values: torch.Tensor, magic: int) -> bytes:
+    """IDX encoding of a uint8 tensor: big-endian magic, one uint32 per dim, then the bytes."""
+    dims = tuple(values.shape)
+    return struct.pack(f">I{len(dims)}I", magic, *dims) + values.to(torch.uint8).contiguous().numpy().tobytes()
+
+
+def write_idx(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path``, gzip-compressed when the name ends in ``.gz``."""
+    path = Path(path)
+    path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
+    return path
+
+
+def pattern_images(labels: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """uint8 [N, 28, 28]: for label k, a 5x5 square of brightness 160..255 in grid cell k."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(labels)
+    images = torch.randint(0, 40, (n, 28, 28), generator=g, dtype=torch.uint8)  # faint noise
+    brightness = torch.randint(160, 256, (n,), generator=g, dtype=torch.uint8)
+    for i, k in enumerate(labels.tolist()):
+        top, left = 1 + 7 * (k // 4), 1 + 7 * (k % 4)
+        images[i, top:top + 5, left:left + 5] = brightness[i]
+    return images
+
+
+def write_mnist_idx(directory: str | Path, n_train: int = 64, n_test: int = 32, *, gz: bool = True,
+                    seed: int = 0) -> tuple[MnistFile, ...]:
+    """Write the four MNIST files (standard names) with ``n_train``/``n_test`` learnable images.
+
+    Returns the file table (sizes and md5s of these files), to pass as ``files=`` so that
+    checks run with ``verify=True``. Labels cycle through 0..9 in a seeded order.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed + 1)
+    contents = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        labels = (torch.arange(n) % 10)[torch.randperm(n, generator=g)]
+        contents[split, "images"] = idx_bytes(pattern_images(labels, seed=seed + len(contents)), 2051)
+        contents[split, "labels"] = idx_bytes(labels, 2049)
+    table = []
+    for spec in MNIST_FILES:
+        data = contents[spec.split, spec.kind]
+        write_idx(directory / (spec.name + (".gz" if gz else "")), data)
+        table.append(MnistFile(spec.name, spec.split, spec.kind, len(data), hashlib.md5(data).hexdigest()))
+    return tuple(table)
