@@ -7,6 +7,7 @@ which the trainer knows only once fitting starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,8 +103,11 @@ def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, 
 def _onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float,
               pct_start: float, last_step: int = -1) -> torch.optim.lr_scheduler.LRScheduler:
     """One-cycle: warm up to lr * max_lr_factor, then anneal (OneCycleLR)."""
+    # OneCycleLR divides by zero when the warm-up phase is under two steps (tiny smoke runs):
+    # plan at least that many; a run that stops earlier just never finishes the cycle.
+    planned = max(total_steps, math.ceil(2 / pct_start) + 1)
     return torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=lr * max_lr_factor, total_steps=total_steps, pct_start=pct_start, last_epoch=last_step
+        optimizer, max_lr=lr * max_lr_factor, total_steps=planned, pct_start=pct_start, last_epoch=last_step
     )
 
 
@@ -145,13 +149,14 @@ def build_scheduler(
 ) -> torch.optim.lr_scheduler.LRScheduler | None:
     """The schedule over ``total_steps``; ``last_step`` >= 0 continues one from that step."""
     options = _checked(SCHEDULERS, sched_cfg or {"name": "none"}, "sched")
-    return SCHEDULERS.get(options.pop("name"))(optimizer, total_steps=total_steps, lr=lr, last_step=last_step,
-                                               **options)
+    scheduler = SCHEDULERS.get(options.pop("name"))(optimizer, total_steps=total_steps, lr=lr,
+                                                    last_step=last_step, **options)
+    if scheduler is not None:
+        # Saved with the scheduler's state, so a resumed run can tell it was planned for another length.
+        scheduler.planned_steps = total_steps
+    return scheduler
 
 
 def schedule_length(scheduler: torch.optim.lr_scheduler.LRScheduler) -> int | None:
-    """The number of steps a built schedule spans (None for schedules without an end)."""
-    for attr in ("total_steps", "T_max"):
-        if hasattr(scheduler, attr):
-            return int(getattr(scheduler, attr))
-    return None
+    """The number of steps a schedule built by :func:`build_scheduler` was planned for."""
+    return getattr(scheduler, "planned_steps", None)

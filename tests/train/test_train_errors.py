@@ -1,0 +1,96 @@
+"""Bad input to `train`/`eval` is one clear error before training starts; earlier runs stay untouched."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from modelforge import CheckpointError, ConfigError, DataError
+from modelforge.train import train
+from tests.train.conftest import compose_train, tiny_cli_args
+
+
+def _snapshot(folder: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def earlier_run(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("earlier")
+    train(compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=1"), run_dir=run_dir)
+    return run_dir
+
+
+def test_empty_data_dir_offline_names_the_file_and_data_dir(cli, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cli("train", "model=cnn", f"data.data_dir={empty}", "data.mirrors=[http://127.0.0.1:9/]",
+                 f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode != 0
+    assert "train-images-idx3-ubyte" in result.stderr and "data_dir" in result.stderr
+    assert "http://127.0.0.1:9/" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_truncated_file_is_named(tiny_mnist: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_mnist, broken)
+    raw = gzip.decompress((broken / "t10k-images-idx3-ubyte.gz").read_bytes())
+    (broken / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(raw[:-100]))
+    with pytest.raises(DataError, match="t10k-images-idx3-ubyte"):
+        train(compose_train(broken, "trainer.fast_dev_run=true"), run_dir=tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_wrong_checksum_with_verification_on(tiny_mnist: Path, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="train-images-idx3-ubyte"):
+        train(compose_train(tiny_mnist, "trainer.fast_dev_run=true", "data.verify=true"), run_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        (["optim.lr=-0.1"], ConfigError, r"optim.lr: must be positive, got -0.1"),
+        (["optim.name=adamm"], ConfigError, r"(?s)optim.name: unknown optimizer 'adamm'.*did you mean 'adam'"),
+        (["sched.name=cosin"], ConfigError, r"(?s)sched.name: unknown scheduler 'cosin'.*did you mean 'cosine'"),
+        (["+optim.momentum=0.9"], ConfigError, r"optim.momentum: optim 'adam' has no option 'momentum'"),
+        (["+trainer.max_epoch=3"], ConfigError, r"(?s)trainer.max_epoch: pl.Trainer takes no argument.*did you mean 'max_epochs'"),
+        (["ckpt_path=/nonexistent/last.ckpt"], CheckpointError, r"ckpt_path: no checkpoint file at /nonexistent/last.ckpt"),
+        (["+data.batchsize=3"], ConfigError, r"(?s)data.batchsize: data module 'mnist' takes no option.*did you mean 'batch_size'"),
+    ],
+)
+def test_bad_input_fails_before_training(tiny_mnist: Path, tmp_path: Path, overrides: list[str], error: type,
+                                         match: str) -> None:
+    with pytest.raises(error, match=match):
+        train(compose_train(tiny_mnist, *overrides), run_dir=tmp_path)
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_checkpoint_of_a_different_model(earlier_run: Path, tiny_mnist: Path, tmp_path: Path) -> None:
+    before = _snapshot(earlier_run)
+    ckpt = earlier_run / "checkpoints" / "last.ckpt"
+    with pytest.raises(CheckpointError, match=r"different model than this config builds \(checkpoint model: mlp"):
+        train(compose_train(tiny_mnist, "model=cnn", f"ckpt_path={ckpt}"), run_dir=tmp_path)
+    assert _snapshot(earlier_run) == before
+
+
+def test_reusing_a_run_dir_is_refused_and_leaves_it_alone(earlier_run: Path, tiny_mnist: Path) -> None:
+    before = _snapshot(earlier_run)
+    with pytest.raises(ConfigError, match=r"already holds a run.*left untouched"):
+        train(compose_train(tiny_mnist, "model=mlp"), run_dir=earlier_run)
+    assert _snapshot(earlier_run) == before
+
+
+def test_cli_bad_lr_exits_non_zero_without_traceback(cli, tiny_mnist: Path, tmp_path: Path) -> None:
+    result = cli("train", *tiny_cli_args(tiny_mnist), "optim.lr=-1", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    assert "optim.lr: must be positive, got -1" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_eval_of_missing_checkpoint(cli, tmp_path: Path) -> None:
+    result = cli("eval", "ckpt_path=/nonexistent.ckpt", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2 and "no checkpoint file at /nonexistent.ckpt" in result.stderr

@@ -1,0 +1,76 @@
+"""Training, evaluation and resuming with a real Lightning Trainer on tiny generated IDX files."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from modelforge.train import evaluate, train
+from tests.train.conftest import compose_train
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("run")
+    cfg = compose_train(tiny_mnist, "model=cnn", "enc_sizes=[8,16]", "dec_sizes=[32]", "trainer.max_epochs=2",
+                        "optim.lr=3e-3")
+    value = train(cfg, run_dir=run_dir)
+    assert value == json.loads((run_dir / "metrics.json").read_text())["val/acc"]
+    return run_dir
+
+
+def test_fast_dev_run(tiny_mnist: Path, tmp_path: Path) -> None:
+    cfg = compose_train(tiny_mnist, "trainer.fast_dev_run=true", "model=mlp", "model.hidden_sizes=[16]")
+    train(cfg, run_dir=tmp_path)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics["global_step"] == 1
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+
+
+def test_metrics_json_holds_the_run(trained_run: Path) -> None:
+    metrics = json.loads((trained_run / "metrics.json").read_text())
+    for key in ("val/acc", "val/loss", "test/acc", "test/loss", "train_time_s", "params", "best_val/acc"):
+        assert isinstance(metrics[key], (int, float)), key
+    assert metrics["epochs"] == 2 and metrics["epochs_this_run"] == 2 and metrics["status"] == "finished"
+    assert metrics["params"] == 8 * 9 + 8 + 16 + 16 * 8 * 9 + 16 + 32 + 16 * 7 * 7 * 32 + 32 + 32 * 10 + 10
+    assert metrics["test/acc"] > 0.3  # learnable patterns: well above chance (0.1) after two epochs
+
+
+def test_run_dir_layout(trained_run: Path) -> None:
+    assert (trained_run / "checkpoints" / "last.ckpt").is_file()
+    assert list((trained_run / "checkpoints").glob("best-epoch*.ckpt"))
+    rows = list(csv.DictReader((trained_run / "logs" / "metrics.csv").open()))
+    assert {"train/loss_step", "val/acc", "test/acc"} <= set(rows[0])
+    config = (trained_run / "config.yaml").read_text()
+    assert "enc_sizes:\n  - 8\n  - 16" in config or "enc_sizes:\n- 8\n- 16" in config
+
+
+def test_checkpoint_is_plain_and_loads_weights_only(trained_run: Path) -> None:
+    ckpt = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
+    config = ckpt["hyper_parameters"]["config"]
+    assert type(config) is dict and config["model"]["enc_sizes"] == [8, 16]
+
+
+def test_eval_reproduces_the_test_metrics(trained_run: Path, tiny_mnist: Path, tmp_path: Path) -> None:
+    cfg = compose_train(tiny_mnist)  # data + trainer groups, as `eval` composes them
+    cfg.ckpt_path = str(trained_run / "checkpoints" / "last.ckpt")
+    results = evaluate(cfg, run_dir=tmp_path)
+    recorded = json.loads((trained_run / "metrics.json").read_text())
+    assert results["test/acc"] == pytest.approx(recorded["test/acc"], abs=1e-6)
+    assert results["test/loss"] == pytest.approx(recorded["test/loss"], rel=1e-5)
+
+
+def test_resume_continues_from_the_next_epoch(trained_run: Path, tiny_mnist: Path, tmp_path: Path) -> None:
+    before = {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.is_file()}
+    cfg = compose_train(tiny_mnist, "model=cnn", "enc_sizes=[8,16]", "dec_sizes=[32]", "trainer.max_epochs=3",
+                        "optim.lr=3e-3", f"ckpt_path={trained_run / 'checkpoints' / 'last.ckpt'}")
+    train(cfg, run_dir=tmp_path)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["epochs"] == 3 and metrics["epochs_this_run"] == 1
+    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
+    assert {row["epoch"] for row in rows if row["train/loss_epoch"] or row["val/acc"]} == {"2"}
+    assert before == {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.is_file()}
