@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from modelforge.build import build_model, model_config_from_run, validate_model_config
 from modelforge.config import load_config
 from modelforge.errors import ConfigError
-from modelforge.hooks import build_hook_plugins
+from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.optim import validate_optim
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.module import ClassifierModule
@@ -72,6 +72,7 @@ def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
     if ckpt is not None:
         check_fits(ckpt, module)
     trainer = build_trainer(plain, run_dir, plugins)
+    check_precision(plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
     return Prepared(plain, module, datamodule, trainer, run_dir, ckpt)
 
 

@@ -274,7 +274,9 @@ def test_hydra_config_mirrors_the_constructor(mnist_dir) -> None:
     assert options.pop("name") == "mnist"
     params = inspect.signature(MNISTDataModule).parameters
     assert set(options) == set(params) - {"files"}  # files: a Python-only hook for tests
-    assert all(options[k] == params[k].default for k in options if k != "mirrors")
-    cfg.data_dir, cfg.val_size, cfg.mirrors = str(mnist_dir[0]), 0.25, ["http://127.0.0.1:1/"]
+    # seed interpolates the run's top-level ${seed}; mirrors: null means the module's default list.
+    assert options["seed"] == "${seed}"
+    assert all(options[k] == params[k].default for k in options if k not in ("mirrors", "seed"))
+    cfg.data_dir, cfg.val_size, cfg.mirrors, cfg.seed = str(mnist_dir[0]), 0.25, ["http://127.0.0.1:1/"], 0
     dm = MNISTDataModule(files=mnist_dir[1], **{k: v for k, v in cfg.items() if k != "name"})
     assert dm.mirrors == ("http://127.0.0.1:1/",) and dm.check()["val"] == 16
