@@ -69,6 +69,8 @@ def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
         channels_last=bool(plain.get("channels_last")),
         compile=bool(plain.get("compile")),
     )
+    for plugin in plugins:  # a layer pattern that matches nothing fails now, not at fit time
+        plugin.attach(model, run_dir=run_dir).remove()
     if ckpt is not None:
         check_fits(ckpt, module)
     trainer = build_trainer(plain, run_dir, plugins)
