@@ -21,13 +21,14 @@ class LayerRow:
     buffers: int
 
 
-def _shape_of(output: Any) -> str:
+def describe_output(output: Any) -> str:
+    """Shapes of a module output: a tensor, or tuples/lists/dicts of them (nested)."""
     if isinstance(output, torch.Tensor):
         return str(list(output.shape))
     if isinstance(output, (tuple, list)):
-        return "(" + ", ".join(_shape_of(o) for o in output) + ")"
+        return "(" + ", ".join(describe_output(o) for o in output) + ")"
     if isinstance(output, dict):
-        return "{" + ", ".join(f"{k}: {_shape_of(v)}" for k, v in output.items()) + "}"
+        return "{" + ", ".join(f"{k}: {describe_output(v)}" for k, v in output.items()) + "}"
     return type(output).__name__
 
 
@@ -37,7 +38,7 @@ def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 
     handles = []
     for name, module in model.named_modules():
         def record(_m: nn.Module, _inp: Any, out: Any, name: str = name) -> None:
-            shapes[name] = _shape_of(out)
+            shapes[name] = describe_output(out)
 
         handles.append(module.register_forward_hook(record))
     was_training = model.training

@@ -21,6 +21,7 @@ from torch import nn
 from modelforge.hooks.base import HookPlugin, PluginOptions, require_at_least
 from modelforge.hooks.targets import Target
 from modelforge.registry import HOOKS
+from modelforge.summary import describe_output
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +35,6 @@ class VerboseOptions(PluginOptions):
     def check(self, path: str) -> None:
         super().check(path)
         require_at_least(self.max_calls, 1, f"{path}.max_calls")
-
-
-def describe_output(output: Any) -> str:
-    """Shapes of a module output: a tensor, or tuples/lists/dicts of them (nested)."""
-    if isinstance(output, torch.Tensor):
-        return str(list(output.shape))
-    if isinstance(output, (tuple, list)):
-        return "(" + ", ".join(describe_output(o) for o in output) + ")"
-    if isinstance(output, dict):
-        return "{" + ", ".join(f"{k}: {describe_output(v)}" for k, v in output.items()) + "}"
-    return type(output).__name__
 
 
 def is_rank_zero() -> bool:
