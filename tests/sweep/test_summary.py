@@ -1,0 +1,156 @@
+"""The sweep summary table, built from hand-written ``metrics.json`` files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from modelforge.sweep.callback import record_failure, refresh_summary
+from modelforge.sweep.summary import (
+    JobRow,
+    canonical,
+    format_markdown,
+    format_text,
+    read_rows,
+    short_floats,
+    sort_rows,
+    swept_overrides,
+    write_summary,
+)
+from modelforge.errors import ConfigError
+
+
+def write_job(sweep: Path, job: str, **metrics: object) -> Path:
+    folder = sweep / job
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"monitor": "val/acc", **metrics}))
+    return folder
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    common = ["model=cnn", "trainer.fast_dev_run=True"]
+    write_job(tmp_path, "0", status="finished", overrides=[*common, "enc_sizes=[16]"],
+              **{"val/acc": 0.90, "test/acc": 0.91, "params": 1000, "train_time_s": 12.5})
+    write_job(tmp_path, "1", status="failed", overrides=[*common, "enc_sizes=[8,-1]"],
+              error="ConfigError: model.enc_sizes[1]: must be positive, got -1\n  allowed: integers >= 1")
+    write_job(tmp_path, "2", status="finished", overrides=[*common, "enc_sizes=[32,64]"],
+              **{"val/acc": 0.97, "test/acc": 0.96, "params": 5000, "train_time_s": 30.0})
+    write_job(tmp_path, "10", status="finished", overrides=[*common, "enc_sizes=[4]"],
+              **{"val/acc": 0.50, "test/acc": 0.52, "params": 100, "train_time_s": 3.0})
+    return tmp_path
+
+
+def test_rows_sorted_best_first_failed_last(sweep: Path) -> None:
+    assert [row.job for row in sort_rows(read_rows(sweep))] == ["2", "0", "10", "1"]
+
+
+def test_loss_monitor_sorts_ascending() -> None:
+    rows = [JobRow(str(i), {"status": "finished", "monitor": "val/loss", "val/loss": loss})
+            for i, loss in enumerate([0.5, 0.1, 0.3])]
+    assert [row.job for row in sort_rows(rows)] == ["1", "2", "0"]
+
+
+def test_nan_and_running_rows_go_last() -> None:
+    rows = [JobRow("0", {"status": "finished", "val/acc": float("nan")}), JobRow("1", {"status": "running"}),
+            JobRow("2", {"status": "finished", "val/acc": 0.1})]
+    assert [row.job for row in sort_rows(rows)] == ["2", "0", "1"]
+
+
+def test_csv_holds_every_job_and_the_full_error(sweep: Path) -> None:
+    write_summary(sweep)
+    rows = list(csv.DictReader((sweep / "summary.csv").open()))
+    assert [r["job"] for r in rows] == ["2", "0", "10", "1"]
+    assert [r["status"] for r in rows] == ["finished"] * 3 + ["failed"]
+    assert rows[0]["overrides"] == "enc_sizes=[32,64]"  # what the sweep varied
+    assert rows[0]["all_overrides"] == "model=cnn trainer.fast_dev_run=True enc_sizes=[32,64]"
+    assert float(rows[0]["val/acc"]) == 0.97 and rows[0]["params"] == "5000"
+    assert rows[3]["error"].startswith("ConfigError: model.enc_sizes[1]: must be positive")
+    assert "allowed: integers >= 1" in rows[3]["error"] and rows[3]["val/acc"] == ""
+
+
+def test_markdown_table(sweep: Path) -> None:
+    write_summary(sweep)
+    lines = (sweep / "summary.md").read_text().splitlines()
+    assert lines[0] == "| job | status | val/acc | test/acc | params | train_time_s | overrides | error |"
+    assert lines[2] == "| 2 | finished | 0.9700 | 0.9600 | 5000 | 30.0 | enc_sizes=[32,64] |  |"
+    assert lines[-1].startswith("| 1 | failed |  |  |  |  | enc_sizes=[8,-1] | ConfigError: model.enc_sizes[1]")
+    assert "got -1; allowed: integers >= 1 |" in lines[-1]  # a multi-line error fits one cell
+    assert len(lines) == 2 + 4
+
+
+def test_text_table_lines_up(sweep: Path) -> None:
+    text = format_text(read_rows(sweep))
+    header, rule, first = text.splitlines()[:3]
+    assert header.split()[:4] == ["job", "status", "val/acc", "test/acc"]
+    assert set(rule.replace(" ", "")) == {"-"} and first.split()[:3] == ["2", "finished", "0.9700"]
+
+
+def test_fixed_overrides_match_as_hydra_reads_them() -> None:
+    # The sweep's command line says `true`; Hydra writes the job's override as `True`.
+    rows = [JobRow("0", {"overrides": ["trainer.fast_dev_run=True", "optim.lr=0.001"]})]
+    assert swept_overrides(rows, fixed=["trainer.fast_dev_run=true", "optim.lr=1e-3,3e-3"]) == [["optim.lr=0.001"]]
+    assert canonical("optim.lr=1e-3") == canonical("optim.lr=0.001")
+    assert canonical("enc_sizes=[8],[16]") == "enc_sizes=[8],[16]"  # a sweep stays as written
+
+
+def test_long_floats_are_shortened_in_tables_only() -> None:
+    assert short_floats("optim.lr=0.0012520653814999472 enc_sizes=[16] x=0.5") == "optim.lr=0.001252 enc_sizes=[16] x=0.5"
+    row = JobRow("0", {"status": "finished", "overrides": ["optim.lr=0.0012520653814999472"], "val/acc": 0.5})
+    assert "optim.lr=0.001252 " in format_markdown([row]) + " "
+
+
+def test_other_monitor_gets_its_own_column() -> None:
+    rows = [JobRow("0", {"status": "finished", "monitor": "val/loss", "val/loss": 0.2, "val/acc": 0.9})]
+    assert format_markdown(rows).splitlines()[0].startswith("| job | status | val/loss | val/acc | test/acc |")
+
+
+def test_unreadable_metrics_still_make_a_row(tmp_path: Path) -> None:
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "metrics.json").write_text("{not json")
+    (row,) = read_rows(tmp_path)
+    assert row.status == "unreadable" and "metrics.json" in row.error
+
+
+def failed_return(exc: BaseException, overrides: list[str]) -> SimpleNamespace:
+    return SimpleNamespace(_return_value=exc, overrides=overrides)
+
+
+def test_record_failure_writes_metrics_for_a_job_that_failed_validation(tmp_path: Path) -> None:
+    job = tmp_path / "1"
+    record_failure(job, failed_return(ConfigError("model.enc_sizes[1]", "must be positive"), ["enc_sizes=[8,-1]"]))
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and metrics["overrides"] == ["enc_sizes=[8,-1]"]
+    assert metrics["error"] == "ConfigError: model.enc_sizes[1]: must be positive"
+
+
+def test_record_failure_marks_a_finished_file_failed_and_keeps_its_metrics(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "0", status="finished", overrides=["a=1"], **{"val/acc": 0.5})
+    record_failure(job, failed_return(ConfigError("monitor", "the run logged no metric 'x'"), ["a=1"]))
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and metrics["val/acc"] == 0.5 and "no metric" in metrics["error"]
+
+
+def test_record_failure_keeps_the_error_train_wrote(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "0", status="failed", error="RuntimeError: boom")
+    record_failure(job, failed_return(RuntimeError("boom"), []))
+    assert json.loads((job / "metrics.json").read_text())["error"] == "RuntimeError: boom"
+
+
+def test_record_failure_leaves_an_earlier_runs_file_alone(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "0", status="finished", **{"val/acc": 0.5})
+    before = (job / "metrics.json").read_text()
+    record_failure(job, failed_return(ConfigError("hydra.run.dir", "already holds a run"), []),
+                   started=(job / "metrics.json").stat().st_mtime + 10.0)
+    assert (job / "metrics.json").read_text() == before
+
+
+def test_refresh_summary_creates_the_sweep_dir(tmp_path: Path) -> None:
+    assert refresh_summary(tmp_path / "new") == []
+    assert (tmp_path / "new" / "summary.csv").read_text().startswith("job,status,val/acc")
+    assert list(csv.reader(io.StringIO((tmp_path / "new" / "summary.csv").read_text())))[1:] == []
