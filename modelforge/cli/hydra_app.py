@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import hydra
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
 from modelforge.errors import ModelforgeError
@@ -31,6 +32,10 @@ def is_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+class SweepJobError(CompactHydraException):
+    """A ModelforgeError in a sweep job. Hydra prints this kind as one message, no traceback."""
+
+
 def report_errors(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
     """Print a ModelforgeError as one clear message and exit non-zero, without a traceback.
 
@@ -44,7 +49,9 @@ def report_errors(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
             return task(cfg)
         except ModelforgeError as exc:
             if is_multirun():
-                raise
+                # Still a failure for Hydra (the sweep's summary records it), but one that
+                # Hydra prints without a traceback when it re-raises it after the batch.
+                raise SweepJobError(f"{type(exc).__name__}: {exc}") from exc
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_CONFIG_ERROR) from None
 
@@ -62,10 +69,24 @@ def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[st
     def with_full_argv(cfg: DictConfig) -> Any:
         # Lightning's DDP launcher re-runs sys.argv in child processes: give it the subcommand back.
         sys.argv = saved
-        return task(cfg)
+        if not is_multirun():
+            return task(cfg)
+        # In a sweep, DDP children must run this one job, and the next job needs a clean slate.
+        from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
+
+        sys.argv = sweep_job_argv(saved[: len(saved) - len(argv)])
+        with fresh_ddp_state():
+            return task(cfg)
 
     try:
         main = hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
         return main(report_errors(with_full_argv))()
+    except BaseException:
+        # Hydra stops a sweep at its first failed job without calling the callbacks'
+        # on_multirun_end: print the summary table that the finished jobs left.
+        from modelforge.sweep.callback import report_unfinished_sweeps
+
+        report_unfinished_sweeps()
+        raise
     finally:
         sys.argv = saved
