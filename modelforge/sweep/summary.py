@@ -91,7 +91,9 @@ def swept_overrides(rows: Sequence[JobRow], fixed: Sequence[str] | None = None) 
     if fixed is None:
         fixed = list(set.intersection(*(set(row.overrides) for row in rows))) if len(rows) > 1 else []
     same = {canonical(o) for o in fixed}
-    return [[o for o in row.overrides if canonical(o) not in same] for row in rows]
+    swept = [[o for o in row.overrides if canonical(o) not in same] for row in rows]
+    # A "sweep" of one value per key varied nothing: show what the jobs ran with instead.
+    return swept if any(swept) else [row.overrides for row in rows]
 
 
 @functools.lru_cache(maxsize=4096)

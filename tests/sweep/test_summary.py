@@ -96,6 +96,7 @@ def test_fixed_overrides_match_as_hydra_reads_them() -> None:
     rows = [JobRow("0", {"overrides": ["trainer.fast_dev_run=True", "optim.lr=0.001"]})]
     assert swept_overrides(rows, fixed=["trainer.fast_dev_run=true", "optim.lr=1e-3,3e-3"]) == [["optim.lr=0.001"]]
     assert canonical("optim.lr=1e-3") == canonical("optim.lr=0.001")
+    assert swept_overrides(rows, fixed=["trainer.fast_dev_run=true", "optim.lr=1e-3"]) == [rows[0].overrides]
     assert canonical("enc_sizes=[8],[16]") == "enc_sizes=[8],[16]"  # a sweep stays as written
 
 

@@ -1,0 +1,126 @@
+"""Real sweeps as subprocesses, one fast_dev_run step per job on tiny generated data."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.sweep.conftest import read_summary
+
+
+def test_two_value_sweep_gives_two_rows(sweep, tmp_path: Path) -> None:
+    result = sweep("model=cnn", "enc_sizes=[8],[8,16]", "trainer.fast_dev_run=true")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = read_summary(tmp_path / "sweep")
+    assert sorted(r["overrides"] for r in rows) == ["enc_sizes=[8,16]", "enc_sizes=[8]"]
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+    assert float(rows[0]["val/acc"]) >= float(rows[1]["val/acc"])  # best first
+    for row in rows:  # each job ran in its own directory and the row came from its metrics.json
+        assert json.loads((Path(row["run_dir"]) / "metrics.json").read_text())["params"] == int(row["params"])
+    assert "sweep summary (2 jobs, best first):" in result.stdout
+    assert (tmp_path / "sweep" / "summary.md").read_text().count("| finished |") == 2
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_bad_value_fails_its_job_only(sweep, tmp_path: Path) -> None:
+    result = sweep("model=cnn", "enc_sizes=[8],[8,-1]", "trainer.fast_dev_run=true")
+    assert result.returncode != 0
+    rows = {r["overrides"]: r for r in read_summary(tmp_path / "sweep")}
+    assert rows["enc_sizes=[8]"]["status"] == "finished" and float(rows["enc_sizes=[8]"]["test/acc"]) >= 0
+    failed = rows["enc_sizes=[8,-1]"]
+    assert failed["status"] == "failed"
+    assert failed["error"].startswith("ConfigError: model.enc_sizes[1]: must be positive, got -1")
+    # The failed job's own directory says so too; the finished one is untouched.
+    assert json.loads((Path(failed["run_dir"]) / "metrics.json").read_text())["status"] == "failed"
+    assert (Path(rows["enc_sizes=[8]"]["run_dir"]) / "checkpoints" / "last.ckpt").is_file()
+    # Which job failed, in words, without a traceback.
+    assert "Error executing job with overrides: ['model=cnn', 'enc_sizes=[8,-1]'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "job 1 failed (enc_sizes=[8,-1]): ConfigError: model.enc_sizes[1]" in result.stdout
+
+
+@pytest.mark.filterwarnings("ignore:Deprecated API features detected")  # optuna 2.x on SQLAlchemy 1.4
+def test_optuna_search_and_its_continuation(sweep, tmp_path: Path) -> None:
+    import optuna
+
+    sweep_dir = tmp_path / "sweep"
+    first = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=3", "trainer.fast_dev_run=true")
+    assert first.returncode == 0, first.stderr[-2000:]
+    rows = read_summary(sweep_dir)
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"finished"}
+    for row in rows:
+        swept = dict(o.split("=", 1) for o in row["overrides"].split())
+        assert set(swept) == {"optim.lr", "enc_sizes", "activation", "model.dropout"}
+        config = yaml.safe_load((Path(row["run_dir"]) / "config.yaml").read_text())
+        assert config["model"]["enc_sizes"] == yaml.safe_load(swept["enc_sizes"])  # a list, not a string
+        assert config["model"]["activation"] == swept["activation"]
+
+    # Started again on the same sweep dir: the stored study goes on, with new points.
+    again = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=2", "trainer.fast_dev_run=true")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "continuing Optuna study 'modelforge': 3 trials stored" in again.stdout + again.stderr
+    study = optuna.load_study(study_name="modelforge", storage=f"sqlite:///{sweep_dir}/optuna.db")
+    assert len(study.trials) == 5 and len(read_summary(sweep_dir)) == 5
+    params = [tuple(sorted(t.params.items())) for t in study.trials]
+    assert len(set(params)) == 5  # the continued search did not repeat the first trials
+
+
+def test_ddp_cpu_writes_one_run(cli, tmp_path: Path, tiny_args: list[str]) -> None:
+    run_dir = tmp_path / "run"
+    result = cli("train", "trainer=ddp_cpu", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+                 "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", *tiny_args,
+                 f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (run_dir / "train_ddp_process_1.log").read_text()  # two processes
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("metrics.json")] == [Path("run/metrics.json")]
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no directory per rank
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
+    rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").open()))
+    # One row each for the validation, the training epoch and the test: logged once, not per rank.
+    assert len(rows) == 3 and sum(bool(r["val/acc"]) for r in rows) == sum(bool(r["test/acc"]) for r in rows) == 1
+
+
+@pytest.mark.parametrize(("launcher", "says"), [
+    (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], "Joblib.Parallel(n_jobs=2"),
+    (["hydra/launcher=submitit_local"], "Submitit 'local' sweep output dir"),  # the SLURM launcher's code path
+])
+def test_launchers_run_jobs_in_other_processes(sweep, tmp_path: Path, launcher: list[str], says: str) -> None:
+    result = sweep(*launcher, "enc_sizes=[8],[4]", "trainer.fast_dev_run=true")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert says in result.stdout + result.stderr
+    assert [r["status"] for r in read_summary(tmp_path / "sweep")] == ["finished", "finished"]
+
+
+def test_unknown_experiment_lists_the_available_ones(cli, tmp_path: Path) -> None:
+    result = cli("train", "experiment=nope", cwd=tmp_path)
+    assert result.returncode != 0 and "'nope'" in result.stderr
+    assert all(name in result.stderr for name in ("activations", "enc_sizes", "fast", "seed_cnn"))
+
+
+def test_an_experiment_sweeps_its_own_params(sweep, tmp_path: Path) -> None:
+    result = sweep("experiment=activations", "trainer.fast_dev_run=true", "activation=relu,tanh")  # the command line wins
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(r["overrides"] for r in read_summary(tmp_path / "sweep")) == ["activation=relu", "activation=tanh"]
+
+
+@pytest.mark.slow
+def test_every_experiment_runs(sweep, tmp_path: Path) -> None:
+    result = sweep("experiment=glob(*)", "trainer.fast_dev_run=true")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = read_summary(tmp_path / "sweep")
+    assert sorted(r["overrides"] for r in rows) == [f"experiment={n}" for n in ("activations", "enc_sizes", "fast", "seed_cnn")]
+
+
+def test_ddp_jobs_in_a_sweep_share_nothing_but_the_sweep(sweep, tmp_path: Path) -> None:
+    result = sweep("trainer=ddp_cpu", "enc_sizes=[8],[4]", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+                   "trainer.limit_val_batches=1", "trainer.limit_test_batches=1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = read_summary(tmp_path / "sweep")
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+    for job in ("0", "1"):  # each job started its own rank-1 process, in its own directory
+        assert (tmp_path / "sweep" / job / "train_ddp_process_1.log").is_file()
+    assert result.stdout.count("sweep summary") == 1  # the children ran one job each, not the sweep
