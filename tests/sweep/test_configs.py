@@ -19,6 +19,12 @@ def compose_train(*overrides: str, hydra_cfg: bool = False) -> DictConfig:
         return compose("train", overrides=list(overrides), return_hydra_config=hydra_cfg)
 
 
+def test_train_config_enables_the_sweep_summary() -> None:
+    callbacks = compose_train(hydra_cfg=True).hydra.callbacks
+    assert callbacks.get("sweep_summary", {}).get("_target_") == "modelforge.sweep.callback.SweepSummary", (
+        "conf/train.yaml needs hydra.callbacks.sweep_summary._target_: modelforge.sweep.callback.SweepSummary")
+
+
 def test_the_documented_experiments_exist() -> None:
     assert {"seed_cnn", "activations", "enc_sizes", "fast"} <= set(EXPERIMENTS)
     docs = conf_dir().parent / "experiments"
