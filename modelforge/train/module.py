@@ -78,6 +78,9 @@ class ClassifierModule(pl.LightningModule):
         accuracy = self.acc[f"{stage}_acc"]
         accuracy(logits, y)
         on_step = stage == "train"
+        # Under DDP, val/test loss is averaged over ranks (it picks checkpoints); the per-step
+        # train loss stays rank 0's, which saves an all-reduce on every step. Accuracy is a
+        # torchmetrics metric and syncs its own state.
         self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=stage != "train")
         self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
         return loss
