@@ -56,6 +56,7 @@ def usage() -> str:
         "",
         "config groups (pick one with group=option, e.g. model=cnn optim=sgd):",
         *[f"  {group:<15} {', '.join(options)}" for group, options in config_groups().items()],
+        "  hydra/launcher  joblib (parallel jobs here), slurm (a SLURM cluster): with -m",
         "",
         "model shortcuts at the top level: enc_sizes=[32,64] dec_sizes=[128] activation=gelu",
         "more: python -m modelforge <command> --help",

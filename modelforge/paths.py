@@ -18,10 +18,14 @@ def conf_dir() -> Path:
 
 
 def config_groups() -> dict[str, list[str]]:
-    """Config groups (folders of conf/) and their options, for help texts."""
+    """modelforge's config groups (folders of conf/) and their options.
+
+    ``conf/hydra/`` is left out: it only adds options to Hydra's own groups
+    (``hydra/launcher``, ...), which Hydra and its plugins also fill.
+    """
     root = conf_dir()
     return {
         group.name: sorted(p.stem for p in group.glob("*.yaml"))
         for group in sorted(root.iterdir())
-        if group.is_dir() and not group.name.startswith(("_", "."))
+        if group.is_dir() and not group.name.startswith(("_", ".")) and group.name != "hydra"
     }

@@ -8,6 +8,9 @@ def test_help_names_commands_and_config_groups(cli) -> None:
     assert result.returncode == 0
     for word in ("train", "eval", "summary", "list", "model", "cnn, graph, mlp, seed_cnn", "optim", "hooks"):
         assert word in result.stdout
+    groups = [line.split()[0] for line in result.stdout.split("config groups")[1].splitlines()[1:] if line.strip()]
+    assert "hydra" not in groups  # conf/hydra only extends Hydra's own groups
+    assert "hydra/launcher" in groups
 
 
 def test_unknown_command_suggests(cli) -> None:
