@@ -1,7 +1,7 @@
 """modelforge: describe a PyTorch model in YAML, build it through registries.
 
 Importing modelforge registers every built-in name (activations, blocks,
-initializers, models, hooks) through the explicit imports below, and never
+initializers, models, hooks, optimizers, schedules) through the explicit imports below, and never
 imports Lightning: building a model needs torch, omegaconf and nothing else.
 """
 
@@ -10,7 +10,17 @@ from modelforge.build import build_model, model_config_from_run, validate_model_
 from modelforge.errors import CheckpointError, ConfigError, DataError, ModelforgeError, UnknownNameError
 from modelforge.hooks import build_hook_plugins
 from modelforge.layers import ConvBlock, LinearBlock, initialize, make_activation
-from modelforge.registry import ACTIVATIONS, BLOCKS, HOOKS, INITIALIZERS, MODELS, REGISTRIES, Registry
+from modelforge.registry import (
+    ACTIVATIONS,
+    BLOCKS,
+    HOOKS,
+    INITIALIZERS,
+    MODELS,
+    OPTIMIZERS,
+    REGISTRIES,
+    SCHEDULERS,
+    Registry,
+)
 from modelforge.summary import format_summary, summarize
 
 __version__ = "0.1.0"
@@ -21,7 +31,9 @@ __all__ = [
     "HOOKS",
     "INITIALIZERS",
     "MODELS",
+    "OPTIMIZERS",
     "REGISTRIES",
+    "SCHEDULERS",
     "CheckpointError",
     "ConfigError",
     "ConvBlock",

@@ -30,6 +30,12 @@ def test_builtin_names_exist_after_import(registry: str) -> None:
 
 
 @pytest.mark.parametrize("registry", sorted(EXPECTED))
+def test_each_registry_is_a_top_level_name(registry: str) -> None:
+    assert getattr(modelforge, registry.upper()) is REGISTRIES[registry]
+    assert registry.upper() in modelforge.__all__
+
+
+@pytest.mark.parametrize("registry", sorted(EXPECTED))
 def test_every_name_has_a_description(registry: str) -> None:
     reg = REGISTRIES[registry]
     assert all(reg.describe(name) for name in reg.names()), [n for n in reg.names() if not reg.describe(n)]

@@ -59,7 +59,6 @@ def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
     datamodule = build_datamodule(plain.get("data") or {})
     ckpt = load_checkpoint(plain["ckpt_path"]) if plain.get("ckpt_path") else None
-    datamodule.prepare_data()  # verifies (or fetches) the data files before any training
     model = build_model(plain["model"], seed=plain.get("seed"))
     module = ClassifierModule(
         model,
@@ -75,6 +74,8 @@ def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
         check_fits(ckpt, module)
     trainer = build_trainer(plain, run_dir, plugins)
     check_precision(plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
+    # Last check, as it may download: verifies (or fetches) the data files before any training.
+    datamodule.prepare_data()
     return Prepared(plain, module, datamodule, trainer, run_dir, ckpt)
 
 

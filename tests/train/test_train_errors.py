@@ -36,6 +36,18 @@ def test_empty_data_dir_offline_names_the_file_and_data_dir(cli, tmp_path: Path)
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_config_mistakes_are_found_before_the_data_is_fetched(tmp_path: Path) -> None:
+    # The data folder is empty and the mirror unreachable: a hook layer pattern that matches
+    # nothing is reported first, without waiting on (or blaming) the download.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cfg = compose_train(empty, "hooks=[feature_capture]", "hooks.feature_capture.layers=[nope.*]",
+                        "data.mirrors=[http://127.0.0.1:9/]")
+    with pytest.raises(ConfigError, match=r"hooks.feature_capture.layers\[0\]: 'nope.\*' matches no module"):
+        train(cfg, run_dir=tmp_path / "run")
+    assert list(empty.iterdir()) == []
+
+
 def test_truncated_file_is_named(tiny_mnist: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(tiny_mnist, broken)
