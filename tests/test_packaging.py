@@ -1,4 +1,4 @@
-"""The wheel must carry every subpackage and conf/ (mapped to modelforge/conf)."""
+"""The wheel must carry every subpackage and every folder of conf/ (mapped to modelforge/conf)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 def test_every_subpackage_is_listed_for_the_wheel() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "modelforge").rglob("__init__.py")}
-    assert found | {"modelforge.conf"} == listed
+    conf = {".".join(("modelforge", *d.relative_to(REPO).parts)) for d in [REPO / "conf", *(REPO / "conf").rglob("*")]
+            if d.is_dir()}
+    assert found | conf == listed
 
 
 def test_installed_layout_finds_conf(tmp_path: Path, monkeypatch) -> None:
