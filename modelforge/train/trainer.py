@@ -11,6 +11,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.layers.kwargs import check_kwargs
@@ -100,7 +101,35 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     callbacks = [] if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
     if for_eval:
         options["enable_checkpointing"] = False
-    return pl.Trainer(default_root_dir=str(run_dir), logger=logger, callbacks=callbacks, **options)
+    check_accelerator(options)
+    try:
+        return pl.Trainer(default_root_dir=str(run_dir), logger=logger, callbacks=callbacks, **options)
+    except (MisconfigurationException, ValueError) as exc:  # Lightning's word on the options
+        raise ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got") from None
+
+
+def check_accelerator(options: Mapping[str, Any]) -> None:
+    """Accelerator and strategy names Lightning knows, and a GPU only where there is one."""
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    names = {
+        "accelerator": ["auto", "gpu", *AcceleratorRegistry.available_accelerators()],
+        "strategy": ["auto", *StrategyRegistry.available_strategies()],
+    }
+    for key, allowed in names.items():
+        value = options.get(key, "auto")
+        if isinstance(value, str) and value not in allowed:
+            raise UnknownNameError(key, value, allowed, path=f"trainer.{key}")
+    accelerator = str(options.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            "trainer.accelerator",
+            f"{accelerator!r} asked for, but this machine has no CUDA GPU that torch can use "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False)",
+            allowed="auto, cpu" + (", mps" if torch.backends.mps.is_available() else ""),
+            hint="trainer=ddp_cpu runs DDP as CPU processes; trainer.accelerator=auto uses a GPU when there is one",
+        )
 
 
 def hydra_overrides() -> list[str]:

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from modelforge import CheckpointError, ConfigError, DataError
 from modelforge.train import train
@@ -73,6 +74,12 @@ def test_wrong_checksum_with_verification_on(tiny_mnist: Path, tmp_path: Path) -
         (["+trainer.max_epoch=3"], ConfigError, r"(?s)trainer.max_epoch: pl.Trainer takes no argument.*did you mean 'max_epochs'"),
         (["ckpt_path=/nonexistent/last.ckpt"], CheckpointError, r"ckpt_path: no checkpoint file at /nonexistent/last.ckpt"),
         (["+data.batchsize=3"], ConfigError, r"(?s)data.batchsize: data module 'mnist' takes no option.*did you mean 'batch_size'"),
+        (["trainer.strategy=dpp"], ConfigError, r"(?s)trainer.strategy: unknown strategy 'dpp'.*did you mean 'ddp'"),
+        (["trainer.accelerator=cpus"], ConfigError, r"(?s)trainer.accelerator: unknown accelerator 'cpus'.*did you mean 'cpu'"),
+        (["trainer.accelerator=cpu", "trainer.devices=0"], ConfigError,
+         r"trainer: `Trainer\(devices=0\)` value is not a valid input using cpu accelerator"),
+        pytest.param(["trainer=ddp", "trainer.accelerator=gpu"], ConfigError, r"trainer.accelerator: 'gpu' asked for, but this machine has no CUDA GPU",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
     ],
 )
 def test_bad_input_fails_before_training(tiny_mnist: Path, tmp_path: Path, overrides: list[str], error: type,
