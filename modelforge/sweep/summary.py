@@ -125,7 +125,12 @@ def columns(rows: Sequence[JobRow]) -> list[str]:
 
 def one_line(text: str) -> str:
     """A multi-line error (ConfigError's hints) as one table cell."""
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+    cell = ""
+    for line in (line.strip() for line in text.splitlines()):
+        if line:
+            # "failed:" introduces the lines below it: no "; " after a colon.
+            cell += (" " if cell.endswith(":") else "; " if cell else "") + line
+    return cell
 
 
 def _cell(value: Any, column: str = "") -> str:

@@ -16,6 +16,7 @@ from modelforge.sweep.summary import (
     canonical,
     format_markdown,
     format_text,
+    one_line,
     read_rows,
     short_floats,
     sort_rows,
@@ -155,3 +156,14 @@ def test_refresh_summary_creates_the_sweep_dir(tmp_path: Path) -> None:
     assert refresh_summary(tmp_path / "new") == []
     assert (tmp_path / "new" / "summary.csv").read_text().startswith("job,status,val/acc")
     assert list(csv.reader(io.StringIO((tmp_path / "new" / "summary.csv").read_text())))[1:] == []
+
+
+@pytest.mark.parametrize(("text", "cell"), [
+    ("ConfigError: model.enc_sizes[1]: must be positive, got -1\n  allowed: integers >= 1",
+     "ConfigError: model.enc_sizes[1]: must be positive, got -1; allowed: integers >= 1"),
+    ("DataError: files missing; downloading them failed:\n    http://a/: unreachable\n    http://b/: refused\n  hint: x",
+     "DataError: files missing; downloading them failed: http://a/: unreachable; http://b/: refused; hint: x"),
+    ("", ""),
+])
+def test_one_line_joins_an_error_for_a_table_cell(text: str, cell: str) -> None:
+    assert one_line(text) == cell
