@@ -25,6 +25,7 @@ from modelforge.optim import validate_optim
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.module import ClassifierModule
 from modelforge.train.rundir import current_run_dir, write_json, write_yaml
+from modelforge.train.interrupted import INTERRUPTED_CKPT
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
@@ -118,6 +119,11 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
     except BaseException as exc:
         metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}",
                        train_time_s=round(time.perf_counter() - started, 2))
+        interrupted = run_dir / "checkpoints" / INTERRUPTED_CKPT
+        if interrupted.is_file():
+            metrics["resume_with"] = f"ckpt_path={interrupted}"
+            log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
+                      type(exc).__name__, interrupted, interrupted)
         raise
     finally:
         if trainer.is_global_zero:

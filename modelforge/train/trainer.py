@@ -15,6 +15,7 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.layers.kwargs import check_kwargs
+from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
 
 # Set by modelforge itself; a user value would silently fight the run directory layout.
 RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
@@ -68,6 +69,8 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
                         monitor=monitor, mode="min" if monitor.endswith("loss") else "max", save_last=True),
+        # A crash or Ctrl-C mid-epoch keeps the weights and loop state of that moment.
+        CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
     ]
     if plugins:
         from modelforge.train.hook_callback import HookPluginsCallback

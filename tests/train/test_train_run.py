@@ -74,3 +74,31 @@ def test_resume_continues_from_the_next_epoch(trained_run: Path, tiny_mnist: Pat
     rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
     assert {row["epoch"] for row in rows if row["train/loss_epoch"] or row["val/acc"]} == {"2"}
     assert before == {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.is_file()}
+
+
+def test_ctrl_c_mid_epoch_keeps_a_checkpoint_to_resume_from(tiny_mnist: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from modelforge.train.module import ClassifierModule
+
+    step = ClassifierModule.training_step
+
+    def interrupted_at_step_5(self, batch, batch_idx):  # 4 steps per epoch: the 2nd batch of epoch 2
+        if self.global_step == 5:
+            raise KeyboardInterrupt
+        return step(self, batch, batch_idx)
+
+    args = ("model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=2")
+    monkeypatch.setattr(ClassifierModule, "training_step", interrupted_at_step_5)
+    with pytest.raises(SystemExit):  # Lightning's graceful shutdown after Ctrl-C
+        train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "first")
+    monkeypatch.undo()
+
+    saved = tmp_path / "first" / "checkpoints" / "interrupted.ckpt"
+    metrics = json.loads((tmp_path / "first" / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and metrics["resume_with"] == f"ckpt_path={saved}"
+    assert torch.load(saved, weights_only=True)["global_step"] == 5
+    assert (tmp_path / "first" / "checkpoints" / "last.ckpt").is_file()  # the end of epoch 1 is kept too
+
+    train(compose_train(tiny_mnist, *args, f"ckpt_path={saved}"), run_dir=tmp_path / "resumed")
+    resumed = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
+    assert resumed["status"] == "finished" and resumed["global_step"] == 8 and resumed["epochs"] == 2
