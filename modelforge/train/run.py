@@ -117,13 +117,15 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
                        global_step=trainer.global_step, status="finished")
     except BaseException as exc:
-        metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}",
-                       train_time_s=round(time.perf_counter() - started, 2))
+        # Lightning turns Ctrl-C into a graceful shutdown that ends in sys.exit(1).
+        stopped_by_user = isinstance(exc, (KeyboardInterrupt, SystemExit)) and trainer.interrupted
+        metrics.update(status="failed", error="KeyboardInterrupt: stopped by Ctrl-C" if stopped_by_user
+                       else f"{type(exc).__name__}: {exc}", train_time_s=round(time.perf_counter() - started, 2))
         interrupted = run_dir / "checkpoints" / INTERRUPTED_CKPT
         if interrupted.is_file():
             metrics["resume_with"] = f"ckpt_path={interrupted}"
             log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
-                      type(exc).__name__, interrupted, interrupted)
+                      metrics["error"].split(":")[0], interrupted, interrupted)
         raise
     finally:
         if trainer.is_global_zero:

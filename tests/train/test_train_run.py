@@ -96,6 +96,7 @@ def test_ctrl_c_mid_epoch_keeps_a_checkpoint_to_resume_from(tiny_mnist: Path, tm
     saved = tmp_path / "first" / "checkpoints" / "interrupted.ckpt"
     metrics = json.loads((tmp_path / "first" / "metrics.json").read_text())
     assert metrics["status"] == "failed" and metrics["resume_with"] == f"ckpt_path={saved}"
+    assert metrics["error"] == "KeyboardInterrupt: stopped by Ctrl-C"
     assert torch.load(saved, weights_only=True)["global_step"] == 5
     assert (tmp_path / "first" / "checkpoints" / "last.ckpt").is_file()  # the end of epoch 1 is kept too
 
