@@ -117,15 +117,7 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
                        global_step=trainer.global_step, status="finished")
     except BaseException as exc:
-        # Lightning turns Ctrl-C into a graceful shutdown that ends in sys.exit(1).
-        stopped_by_user = isinstance(exc, (KeyboardInterrupt, SystemExit)) and trainer.interrupted
-        metrics.update(status="failed", error="KeyboardInterrupt: stopped by Ctrl-C" if stopped_by_user
-                       else f"{type(exc).__name__}: {exc}", train_time_s=round(time.perf_counter() - started, 2))
-        interrupted = run_dir / "checkpoints" / INTERRUPTED_CKPT
-        if interrupted.is_file():
-            metrics["resume_with"] = f"ckpt_path={interrupted}"
-            log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
-                      metrics["error"].split(":")[0], interrupted, interrupted)
+        metrics.update(_failure(exc, trainer, run_dir), train_time_s=round(time.perf_counter() - started, 2))
         raise
     finally:
         if trainer.is_global_zero:
@@ -137,6 +129,20 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         raise ConfigError("monitor", f"the run logged no metric {monitor!r}",
                           allowed=sorted(k for k, v in metrics.items() if isinstance(v, float)))
     return float(value)
+
+
+def _failure(exc: BaseException, trainer: pl.Trainer, run_dir: Path) -> dict[str, Any]:
+    """What metrics.json says of a run that stopped on ``exc``, and how to resume it."""
+    # Lightning turns Ctrl-C into a graceful shutdown that ends in sys.exit(1).
+    stopped_by_user = isinstance(exc, (KeyboardInterrupt, SystemExit)) and trainer.interrupted
+    error = "KeyboardInterrupt: stopped by Ctrl-C" if stopped_by_user else f"{type(exc).__name__}: {exc}"
+    failure = {"status": "failed", "error": error}
+    interrupted = run_dir / "checkpoints" / INTERRUPTED_CKPT
+    if interrupted.is_file():
+        failure["resume_with"] = f"ckpt_path={interrupted}"
+        log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
+                  error.split(":")[0], interrupted, interrupted)
+    return failure
 
 
 def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
