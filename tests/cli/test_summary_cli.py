@@ -59,3 +59,13 @@ def test_hydra_flags_still_work_after_the_subcommand(cli) -> None:
     assert "hidden_sizes:" in result.stdout and "Total params" not in result.stdout
     helped = cli("summary", "--help")
     assert helped.returncode == 0 and "model: cnn, graph, mlp, seed_cnn" in helped.stdout
+
+
+def test_summary_runs_hook_plugins_on_its_dummy_batch(cli) -> None:
+    result = cli("summary", "model=cnn", "enc_sizes=[32,64]", "hooks=[verbose]", "hooks.verbose.layers=[encoder.*.pool]")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if "modelforge.hooks.verbose" in line]
+    assert [line.split(": ", 1)[1].split() for line in lines] == [
+        ["encoder.0.pool", "MaxPool2d", "->", "[2,", "32,", "14,", "14]"],
+        ["encoder.1.pool", "MaxPool2d", "->", "[2,", "64,", "7,", "7]"],
+    ]

@@ -47,3 +47,38 @@ def test_two_launches_in_the_same_second_get_two_run_dirs(tiny_mnist: Path, tmp_
     assert all(p.wait(timeout=300) == 0 for p in procs), [p.stderr.read()[-1000:] for p in procs]
     runs = sorted(tmp_path.glob("outputs/train/*/*/metrics.json"))
     assert len(runs) == 2, runs
+
+
+def test_label_smoothing_reaches_the_loss(tiny_mnist: Path, tmp_path: Path) -> None:
+    from modelforge.config import load_config
+    from modelforge.train.run import _prepare
+
+    prep = _prepare(load_config(compose_train(tiny_mnist, "label_smoothing=0.3")), tmp_path)
+    logits, labels = torch.randn(8, 10), torch.randint(0, 10, (8,))
+    expected = torch.nn.functional.cross_entropy(logits, labels, label_smoothing=0.3)
+    assert torch.equal(prep.module.loss(logits, labels), expected)
+
+
+def test_seed_makes_runs_repeat_and_another_seed_differs(tiny_mnist: Path, tmp_path: Path) -> None:
+    common = ("model=mlp", "model.hidden_sizes=[16]", "model.dropout=0.2", "trainer.max_epochs=1",
+              "data.augment_shift=2")
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        train(compose_train(tiny_mnist, *common, f"seed={seed}"), run_dir=tmp_path / name)
+    weights = {n: torch.load(tmp_path / n / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"] for n in "abc"}
+    assert all(torch.equal(weights["a"][k], weights["b"][k]) for k in weights["a"])  # init, split, order, dropout, shifts
+    assert not torch.equal(weights["a"]["model.head.weight"], weights["c"]["model.head.weight"])
+    metrics = [json.loads((tmp_path / n / "metrics.json").read_text()) for n in "ab"]
+    assert metrics[0]["test/loss"] == metrics[1]["test/loss"]
+
+
+@pytest.mark.slow  # torch.compile (inductor) takes about 30 s on a CPU
+def test_compile_trains_with_the_same_state_dict_keys(tiny_mnist: Path, tmp_path: Path) -> None:
+    # No dropout: compiled code draws its random masks differently.
+    common = ("model=mlp", "model.hidden_sizes=[16]", "model.dropout=0", "trainer.max_epochs=1", "sched=none")
+    train(compose_train(tiny_mnist, *common), run_dir=tmp_path / "eager")
+    train(compose_train(tiny_mnist, *common, "compile=true"), run_dir=tmp_path / "compiled")
+    eager, compiled = (torch.load(tmp_path / d / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+                       for d in ("eager", "compiled"))
+    assert eager.keys() == compiled.keys()  # nn.Module.compile: checkpoints load into an uncompiled model
+    for key in eager:
+        torch.testing.assert_close(compiled[key], eager[key], rtol=1e-3, atol=1e-4)
