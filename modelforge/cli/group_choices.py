@@ -12,7 +12,7 @@ from modelforge.errors import UnknownNameError
 from modelforge.paths import config_groups
 
 # Sweep functions (glob(...), choice(...), range(...)) and interpolations are Hydra's to expand.
-_EXPRESSION = re.compile(r"[()$*?]")
+SWEEP_EXPRESSION = re.compile(r"[()$*?]")
 
 
 def check_group_choices(argv: list[str]) -> None:
@@ -22,7 +22,7 @@ def check_group_choices(argv: list[str]) -> None:
         if arg.startswith(("-", "~")) or "=" not in arg:
             continue
         key, value = arg.lstrip("+").split("=", 1)
-        if key not in groups or not value or _EXPRESSION.search(value) or value == "null":
+        if key not in groups or not value or SWEEP_EXPRESSION.search(value) or value == "null":
             continue
         for option in (v.strip() for v in value.strip("[]").split(",")):
             if option and option not in groups[key]:

@@ -10,18 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from modelforge.cli.group_choices import SWEEP_EXPRESSION
 from modelforge.errors import ConfigError, closest_names
 from modelforge.paths import conf_dir, config_groups
 
-# Hydra's sweep functions and interpolations: which option a job gets is known only per job.
-_EXPRESSION_MARKS = ("(", "$", "*", "?")
 # Flags that compose another config than the command's own: leave those to Hydra.
 _OTHER_CONFIG_FLAGS = ("--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp")
 
 
 def is_swept(value: str) -> bool:
     """True for a sweep (`cnn,mlp`, `[a],[b]`, `glob(*)`), False for one option or one list."""
-    if any(mark in value for mark in _EXPRESSION_MARKS):
+    if SWEEP_EXPRESSION.search(value):
         return True
     depth = 0
     for char in value:
@@ -31,9 +30,11 @@ def is_swept(value: str) -> bool:
     return False
 
 
-def split_overrides(argv: list[str]) -> tuple[list[str], list[str], bool]:
+def split_overrides(
+    argv: list[str], groups: Mapping[str, list[str]] | None = None
+) -> tuple[list[str], list[str], bool]:
     """(group choices, plain keys to check, whether a group is swept) from the command line."""
-    groups = config_groups()
+    groups = config_groups() if groups is None else groups
     choices: list[str] = []
     keys: list[str] = []
     swept_group = False
@@ -51,7 +52,8 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str], bool]:
 
 def check_override_keys(config_name: str, argv: list[str]) -> None:
     """Raise ConfigError for an override whose key the composed config does not have."""
-    choices, keys, swept_group = split_overrides(argv)
+    groups = config_groups()
+    choices, keys, swept_group = split_overrides(argv, groups)
     if not keys or swept_group or any(arg.startswith(_OTHER_CONFIG_FLAGS) for arg in argv):
         return
     from hydra import compose, initialize_config_dir
@@ -63,7 +65,6 @@ def check_override_keys(config_name: str, argv: list[str]) -> None:
         plain = OmegaConf.to_container(cfg, resolve=False)
     except Exception:  # noqa: BLE001 - a composition problem is Hydra's to report, as usual
         return
-    groups = config_groups()
     for key in keys:
         _check_key(plain, key, groups)
 

@@ -23,9 +23,9 @@ from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.optim import validate_optim
 from modelforge.train.checkpoint import check_fits, load_checkpoint
+from modelforge.train.interrupted import INTERRUPTED_CKPT
 from modelforge.train.module import ClassifierModule
 from modelforge.train.rundir import current_run_dir, write_json, write_yaml
-from modelforge.train.interrupted import INTERRUPTED_CKPT
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
