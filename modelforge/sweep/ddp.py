@@ -6,7 +6,8 @@ draw Optuna trials of its own); :func:`sweep_job_argv` gives the children the on
 job instead. The launcher also leaves ``LOCAL_RANK`` & co. in the environment and
 the process group open, so the next job of the sweep would take the processes as
 already launched and wait for peers that have exited; :func:`fresh_ddp_state`
-puts both back after each job.
+puts both back after each job. (Closing the group on every rank and reaping the
+rank processes is each run's own job: :mod:`modelforge.train.ddp_teardown`.)
 """
 
 from __future__ import annotations

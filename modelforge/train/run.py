@@ -23,6 +23,7 @@ from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.optim import validate_optim
 from modelforge.train.checkpoint import check_fits, load_checkpoint
+from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.interrupted import INTERRUPTED_CKPT
 from modelforge.train.module import ClassifierModule
 from modelforge.train.rundir import current_run_dir, write_json, write_yaml
@@ -104,24 +105,25 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         write_yaml(run_dir / "config.yaml", prep.config)
     start_epoch = int(prep.ckpt.get("epoch", -1)) + 1 if prep.ckpt else 0
     started = time.perf_counter()
-    try:
-        trainer.fit(module, datamodule=prep.datamodule, ckpt_path=plain.get("ckpt_path"), weights_only=True)
-        metrics["train_time_s"] = round(time.perf_counter() - started, 2)
-        metrics.update(_scalars(trainer.callback_metrics, prefix="val/"))
-        if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:
-            metrics[f"best_{monitor}"] = float(trainer.checkpoint_callback.best_model_score)
-            metrics["best_ckpt"] = trainer.checkpoint_callback.best_model_path
-        # Test the final weights (= last.ckpt), so `eval` of last.ckpt reproduces these numbers.
-        results = trainer.test(module, datamodule=prep.datamodule, verbose=False)
-        metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
-        metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
-                       global_step=trainer.global_step, status="finished")
-    except BaseException as exc:
-        metrics.update(_failure(exc, trainer, run_dir), train_time_s=round(time.perf_counter() - started, 2))
-        raise
-    finally:
-        if trainer.is_global_zero:
-            write_json(run_dir / "metrics.json", metrics)
+    with ddp_run_scope(trainer):  # every rank ends its process group; rank 0 reaps the others
+        try:
+            trainer.fit(module, datamodule=prep.datamodule, ckpt_path=plain.get("ckpt_path"), weights_only=True)
+            metrics["train_time_s"] = round(time.perf_counter() - started, 2)
+            metrics.update(_scalars(trainer.callback_metrics, prefix="val/"))
+            if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:
+                metrics[f"best_{monitor}"] = float(trainer.checkpoint_callback.best_model_score)
+                metrics["best_ckpt"] = trainer.checkpoint_callback.best_model_path
+            # Test the final weights (= last.ckpt), so `eval` of last.ckpt reproduces these numbers.
+            results = trainer.test(module, datamodule=prep.datamodule, verbose=False)
+            metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
+            metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
+                           global_step=trainer.global_step, status="finished")
+        except BaseException as exc:
+            metrics.update(_failure(exc, trainer, run_dir), train_time_s=round(time.perf_counter() - started, 2))
+            raise
+        finally:
+            if trainer.is_global_zero:
+                write_json(run_dir / "metrics.json", metrics)
     if trainer.is_global_zero:
         print(format_metrics(metrics, run_dir))
     value = metrics.get(monitor)
@@ -162,7 +164,8 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
     trainer = build_trainer({**stored, "trainer": plain.get("trainer") or {}, "hooks": None, "logger": None},
                             run_dir, plugins=[], for_eval=True)
-    results = trainer.test(module, datamodule=datamodule, verbose=False)
+    with ddp_run_scope(trainer):
+        results = trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
         write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"])})
