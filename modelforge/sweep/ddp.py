@@ -3,11 +3,11 @@
 Lightning's DDP launcher re-runs ``sys.argv`` once per extra device. In a ``-m``
 sweep that command line is the whole sweep, so each child would run every job (and
 draw Optuna trials of its own); :func:`sweep_job_argv` gives the children the one
-job instead. The launcher also leaves ``LOCAL_RANK`` & co. in the environment and
-the process group open, so the next job of the sweep would take the processes as
-already launched and wait for peers that have exited; :func:`fresh_ddp_state`
-puts both back after each job. (Closing the group on every rank and reaping the
-rank processes is each run's own job: :mod:`modelforge.train.ddp_teardown`.)
+job instead. The launcher also leaves ``LOCAL_RANK`` & co. in the environment, so
+the next job of the sweep would take the processes as already launched and wait
+for peers that have exited; :func:`fresh_ddp_state` puts them back after each job.
+(Each run closes its own process group and reaps its ranks:
+:mod:`modelforge.train.ddp_teardown`.)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def sweep_job_argv(command: Sequence[str]) -> list[str]:
 
 @contextmanager
 def fresh_ddp_state() -> Iterator[None]:
-    """Restore the DDP environment variables, close the process group, reset torch threads."""
+    """Restore the DDP environment variables and torch's thread count after a job."""
     import torch
 
     saved_env = {key: os.environ.get(key) for key in DDP_ENV_VARS}
@@ -45,8 +45,6 @@ def fresh_ddp_state() -> Iterator[None]:
     try:
         yield
     finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
