@@ -11,8 +11,9 @@ Reading them costs one device sync per backward.
 Exposed as ``plugin.norms`` (layer -> latest float) and ``plugin.history(layer)``
 (the last ``history`` (step, norm) pairs); written to the Lightning logger as
 ``grad_norm/<layer>`` every ``log_every`` steps; a norm above ``max_norm`` (or not
-finite) or below ``min_norm`` is logged as a warning, at most once per layer per
-``warn_every`` steps. Steps are the trainer's global step when the training
+finite) is logged as a warning at once, one that stays below ``min_norm`` for
+``vanish_steps`` backward passes in a row as vanishing; at most one warning per
+layer per ``warn_every`` steps. Steps are the trainer's global step when the training
 callback attached the plugin, else the number of backward passes seen.
 """
 
@@ -43,6 +44,7 @@ class GradMonitorOptions(PluginOptions):
 
     max_norm: float | None = 1000.0
     min_norm: float | None = 1.0e-7
+    vanish_steps: int = 10
     warn_every: int = 100
     log_every: int = 50
     history: int = 100
@@ -55,7 +57,7 @@ class GradMonitorOptions(PluginOptions):
             require_at_least(self.min_norm, 0, f"{path}.min_norm")
         if self.max_norm is not None and self.min_norm is not None and self.min_norm >= self.max_norm:
             raise ConfigError(f"{path}.min_norm", f"must be below max_norm={self.max_norm}, got {self.min_norm}")
-        for key in ("warn_every", "log_every", "history"):
+        for key in ("vanish_steps", "warn_every", "log_every", "history"):
             require_at_least(getattr(self, key), 1, f"{path}.{key}")
 
 
@@ -73,6 +75,7 @@ class GradMonitor(HookPlugin):
         self.norms: dict[str, float] = {}
         self._history: dict[str, deque[tuple[int, float]]] = {}
         self._last_warned: dict[str, int] = {}
+        self._below_min: dict[str, int] = {}  # backward passes in a row under min_norm, per layer
         self._backwards = 0
 
     def history(self, name: str) -> list[tuple[int, float]]:
@@ -122,10 +125,16 @@ class GradMonitor(HookPlugin):
 
     def _maybe_warn(self, name: str, value: float, step: int) -> None:
         opts = self.options
+        # One tiny norm is noise (a ReLU layer with no active unit on one batch); vanishing is one that stays.
+        if opts.min_norm is not None and value < opts.min_norm:
+            self._below_min[name] = self._below_min.get(name, 0) + 1
+        else:
+            self._below_min.pop(name, None)
         if opts.max_norm is not None and not (math.isfinite(value) and value <= opts.max_norm):
             problem = f"exploding: {value:.4g} > max_norm={opts.max_norm:g}"
-        elif opts.min_norm is not None and value < opts.min_norm:
-            problem = f"vanishing: {value:.4g} < min_norm={opts.min_norm:g}"
+        elif self._below_min.get(name, 0) >= opts.vanish_steps:
+            problem = (f"vanishing: {value:.4g} < min_norm={opts.min_norm:g} "
+                       f"for {self._below_min[name]} backward passes in a row")
         else:
             return
         last = self._last_warned.get(name)

@@ -98,12 +98,29 @@ def test_exploding_warnings_are_rate_limited_per_layer(model, batch, caplog) -> 
     assert warned[0].endswith("> max_norm=1e-06")
 
 
-def test_vanishing_gradients_warn(model, batch, caplog) -> None:
+def test_vanishing_warns_only_once_the_norm_stays_below_min_norm(model, batch, caplog) -> None:
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    plugin = build_hook_plugins({"grad_monitor": {"max_norm": None, "min_norm": 1e6, "layers": ["decoder.1"]}})[0]
+    options = {"max_norm": None, "min_norm": 1e6, "vanish_steps": 3, "warn_every": 1, "layers": ["decoder.1"]}
+    plugin = build_hook_plugins({"grad_monitor": options})[0]
+    with plugin.attach(model):
+        for _ in range(4):
+            forward_backward(model, batch)
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m.split(" at step ")[1].split(" ")[0] for m in messages] == ["2", "3"]  # the 3rd and 4th backward
+    assert messages[0].endswith("< min_norm=1e+06 for 3 backward passes in a row")
+
+
+def test_a_normal_norm_restarts_the_vanishing_count(model, batch, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    plugin = build_hook_plugins({"grad_monitor": {"max_norm": None, "min_norm": 1e6, "vanish_steps": 2,
+                                                  "warn_every": 1, "layers": ["decoder.1"]}})[0]
     with plugin.attach(model):
         forward_backward(model, batch)
-    assert [r.getMessage().split(" is ")[1].split(":")[0] for r in caplog.records] == ["vanishing"]
+        plugin.options.min_norm = 0.0  # one backward with a norm above min_norm
+        forward_backward(model, batch)
+        plugin.options.min_norm = 1e6
+        forward_backward(model, batch)
+    assert caplog.records == []  # never two in a row
 
 
 def test_no_warnings_for_ordinary_gradients(model, batch, caplog) -> None:
