@@ -80,7 +80,11 @@ def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[st
 
     try:
         main = hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
-        return main(report_errors(with_full_argv))()
+        result = main(report_errors(with_full_argv))()
+        from modelforge.sweep.callback import exit_if_jobs_failed
+
+        exit_if_jobs_failed()  # a sweep that went on past failed jobs (Optuna) still fails the command
+        return result
     except BaseException:
         # Hydra stops a sweep at its first failed job without calling the callbacks'
         # on_multirun_end: print the summary table that the finished jobs left.

@@ -1,9 +1,13 @@
 """A Hydra callback that keeps a sweep's ``summary.csv``/``summary.md`` current.
 
-Hydra's sweepers re-raise the first failed job after its batch, so ``on_multirun_end``
-never runs for a sweep with a failed job. The summary is therefore rewritten after
-every job (``on_job_end``), and the table is printed either by ``on_multirun_end`` or,
-after a failed sweep, by :func:`report_unfinished_sweeps` (called by the CLI).
+Hydra's basic sweeper re-raises the first failed job after its batch, so
+``on_multirun_end`` never runs for such a sweep. The summary is therefore rewritten
+after every job (``on_job_end``), and the table is printed either by
+``on_multirun_end`` or, after a failed sweep, by :func:`report_unfinished_sweeps`
+(called by the CLI). A sweeper that goes on past failed trials (Optuna, with
+``max_failure_rate``) does reach ``on_multirun_end``; Hydra only warns about an
+exception raised there, so the failed jobs are kept for the CLI, which then fails the
+command naming them (:func:`exit_if_jobs_failed`).
 
 Enable it in a config's hydra section::
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -45,6 +50,8 @@ log = logging.getLogger(__name__)
 # Sweeps of this process that started and have not ended (with their fixed overrides):
 # the CLI reports them after a failure.
 _UNFINISHED: dict[Path, list[str]] = {}
+# Failed jobs of sweeps that still ran to their end: the CLI exits non-zero on them.
+_FAILED_JOBS: dict[Path, list[str]] = {}
 
 
 @contextmanager
@@ -117,18 +124,31 @@ def report_unfinished_sweeps() -> None:
             print_summary(sweep_dir, rows, fixed)
 
 
+def exit_if_jobs_failed() -> None:
+    """After a sweep that ran to its end: exit 1, naming its failed jobs, if it had any."""
+    if not _FAILED_JOBS:
+        return
+    for sweep_dir, jobs in _FAILED_JOBS.items():
+        print(f"error: {len(jobs)} job(s) of the sweep in {sweep_dir} failed: {', '.join(jobs)} "
+              f"(their errors are in the summary above and in summary.csv)", file=sys.stderr)
+    _FAILED_JOBS.clear()
+    raise SystemExit(1)
+
+
 class SweepSummary(Callback):
     """Writes ``summary.csv``/``summary.md`` in the sweep directory after every job."""
 
     def __init__(self) -> None:
         self.fixed: list[str] | None = None  # the sweep's command-line overrides
         self.job_started = 0.0
+        self.failed: list[str] = []  # job directory names of this sweep's failed jobs
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # The Optuna sweeper opens its SQLite study in the sweep dir before any job made it.
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         self.fixed = [str(o) for o in config.hydra.overrides.task]
+        self.failed = []
         _UNFINISHED[sweep_dir] = self.fixed
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -140,9 +160,12 @@ class SweepSummary(Callback):
         if job_return.status == JobStatus.FAILED:
             record_failure(Path(config.hydra.runtime.output_dir), job_return, self.job_started,
                            monitor=config.get("monitor"))
+            self.failed.append(Path(config.hydra.runtime.output_dir).name)
         refresh_summary(config.hydra.sweep.dir, self.fixed)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         _UNFINISHED.pop(sweep_dir, None)
         print_summary(sweep_dir, refresh_summary(sweep_dir, self.fixed), self.fixed)
+        if self.failed:  # only this run's jobs: a continued study's earlier failures are history
+            _FAILED_JOBS[sweep_dir] = list(self.failed)

@@ -69,6 +69,20 @@ def test_optuna_search_and_its_continuation(sweep, tmp_path: Path) -> None:
     assert len(set(params)) == 5  # the continued search did not repeat the first trials
 
 
+@pytest.mark.filterwarnings("ignore:Deprecated API features detected")
+def test_a_failed_optuna_trial_does_not_stop_the_search(sweep, tmp_path: Path) -> None:
+    result = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=4", "trainer.fast_dev_run=true",
+                   "enc_sizes=choice([8],[8,-1])")
+    rows = read_summary(tmp_path / "sweep")
+    assert len(rows) == 4  # every trial ran
+    failed = sorted(r["job"] for r in rows if r["status"] == "failed")
+    assert failed and len(failed) < 4, [(r["status"], r["overrides"]) for r in rows]  # seeded: a mix
+    assert all("must be positive, got -1" in r["error"] for r in rows if r["status"] == "failed")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"error: {len(failed)} job(s) of the sweep in {tmp_path / 'sweep'} failed: " in result.stderr
+    assert all(job in result.stderr for job in failed)
+
+
 def test_ddp_cpu_writes_one_run(cli, tmp_path: Path, tiny_args: list[str]) -> None:
     run_dir = tmp_path / "run"
     result = cli("train", "trainer=ddp_cpu", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
