@@ -155,7 +155,7 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
                           hint="python -m modelforge eval ckpt_path=RUN/checkpoints/last.ckpt")
     ckpt = load_checkpoint(plain["ckpt_path"])
     stored = ckpt["hyper_parameters"]["config"]
-    datamodule = build_datamodule(plain.get("data") or stored.get("data") or {})
+    datamodule = build_datamodule(_eval_data_config(plain.get("data") or {}, stored.get("data") or {}))
     datamodule.prepare_data()
     model = build_model(stored["model"])
     module = ClassifierModule(model, config=stored, n_classes=getattr(datamodule, "n_classes", 10))
@@ -171,6 +171,22 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
         write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"])})
         print(format_metrics({**metrics, "ckpt_path": str(plain["ckpt_path"])}, run_dir))
     return metrics
+
+
+def _eval_data_config(given: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The training run's data settings (normalization, split, ...), with those this command set on top.
+
+    From the CLI, ``given`` is the whole composed ``data`` group, defaults included:
+    only the keys named on the command line count, or a default would undo a setting
+    the model was trained with.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        named = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in hydra_overrides()
+                 if o.lstrip("+~").startswith("data.")}
+        given = {k: v for k, v in given.items() if k in named}
+    return {**stored, **given}
 
 
 def _scalars(values: Mapping[str, Any], prefix: str) -> dict[str, float]:
