@@ -104,6 +104,19 @@ def test_reusing_a_run_dir_is_refused_and_leaves_it_alone(earlier_run: Path, tin
     assert _snapshot(earlier_run) == before
 
 
+def test_cli_refuses_a_run_dir_that_holds_a_run_before_hydra_writes_there(cli, tiny_mnist: Path,
+                                                                          tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = ("train", "model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true", *tiny_cli_args(tiny_mnist),
+            f"hydra.run.dir={run}")
+    assert cli(*args).returncode == 0
+    before = _snapshot(run)
+    assert (run / ".hydra" / "overrides.yaml") in before
+    again = cli(*args[:-1], "optim.lr=0.5", f"hydra.run.dir={run}")  # other overrides: other .hydra files
+    assert again.returncode == 2 and "already holds a run" in again.stderr and "Traceback" not in again.stderr
+    assert _snapshot(run) == before
+
+
 def test_cli_bad_lr_exits_non_zero_without_traceback(cli, tiny_mnist: Path, tmp_path: Path) -> None:
     result = cli("train", *tiny_cli_args(tiny_mnist), "optim.lr=-1", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2
