@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modelforge.run_dir import check_run_dir_is_new
+
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
@@ -18,6 +20,4 @@ def check_run_dir_arg(argv: list[str]) -> None:
     values = [arg.split("=", 1)[1] for arg in argv if arg.startswith("hydra.run.dir=")]
     if not values or "${" in values[-1]:
         return  # Hydra's default is new for every launch
-    from modelforge.train.trainer import check_run_dir_is_new
-
     check_run_dir_is_new(Path(values[-1].strip("'\"")))  # Lightning's DDP children quote it

@@ -22,6 +22,7 @@ from modelforge.config import load_config
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.optim import validate_optim
+from modelforge.run_dir import check_run_dir_is_new
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.interrupted import INTERRUPTED_CKPT
@@ -30,7 +31,6 @@ from modelforge.train.rundir import current_run_dir, write_json, write_yaml
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
-    check_run_dir_is_new,
     format_metrics,
     hydra_overrides,
 )
