@@ -14,7 +14,8 @@ from torch import nn
 from modelforge.config import load_config, validate
 from modelforge.errors import ConfigError, closest_names
 from modelforge.layers.initializers import INIT_RULES, initialize, make_initializer
-from modelforge.layers.kwargs import check_kwargs
+from modelforge.layers.kwargs import accepted_kwargs, check_kwargs
+from modelforge.models.conf_store import DEFAULTS_GROUP
 from modelforge.registry import MODELS
 
 
@@ -66,17 +67,34 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
     plain = load_config(cfg)
     if "name" not in plain and isinstance(plain.get("model"), Mapping):
         plain = dict(plain["model"])
+    plain = drop_signature_defaults(plain, str(cfg) if isinstance(cfg, (str, Path)) else "model")
     checked = validate_model_config(plain)
-    values = dataclasses.asdict(checked) if dataclasses.is_dataclass(checked) else dict(checked)
+    values = dict(checked) if isinstance(checked, Mapping) else {
+        f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)  # no deep copy: plain values
+    }
     name = values.pop("name")
-    init = values.pop("init", None) or {}
     factory = MODELS.get(name)
+    takes_init = "init" in (accepted_kwargs(factory) or ())
+    init = {} if takes_init else values.pop("init", None) or {}
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
         model = factory(**values)
-        initialize(model, init)
+        initialize(model, init)  # models that take `init` applied it themselves
     return model
+
+
+def drop_signature_defaults(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """A shipped model YAML without its ``defaults`` list (the signature's defaults, which
+    :func:`build_model` fills in anyway); any other defaults entry needs Hydra to compose."""
+    if "defaults" not in cfg:
+        return cfg
+    allowed = {"_self_", f"{DEFAULTS_GROUP}/{cfg.get('name')}@_here_", f"/{DEFAULTS_GROUP}/{cfg.get('name')}@_here_"}
+    others = [d for d in cfg["defaults"] or [] if d not in allowed]
+    if others:
+        raise ConfigError(f"{where}: defaults", f"build_model reads one file; it cannot compose {others}",
+                          hint="compose the config with Hydra, then pass the model config")
+    return {k: v for k, v in cfg.items() if k != "defaults"}
 
 
 def model_config_from_run(run_cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:

@@ -7,10 +7,13 @@ cannot say (positive sizes, kernels that fit). Errors carry the config path.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
+import inspect
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
@@ -33,12 +36,15 @@ def to_plain(cfg: Any) -> Any:
 
 
 def load_config(cfg: Mapping | DictConfig | str | Path) -> dict[str, Any]:
-    """Accept a dict, an OmegaConf config or a YAML path; return a plain dict."""
+    """Accept a dict, an OmegaConf config or a YAML path; return a plain dict.
+
+    A YAML file is checked first (bounded alias expansion, parse errors with
+    line and column): see :mod:`modelforge.yaml_safety`.
+    """
     if isinstance(cfg, (str, Path)):
-        path = Path(cfg)
-        if not path.is_file():
-            raise ConfigError(str(cfg), "config file not found")
-        cfg = OmegaConf.load(path)
+        from modelforge.yaml_safety import load_yaml_file
+
+        cfg = load_yaml_file(cfg)
     plain = to_plain(cfg)
     if not isinstance(plain, Mapping):
         raise ConfigError("", f"a config must be a mapping, got {type(plain).__name__}")
@@ -51,8 +57,10 @@ def _type_name(tp: Any) -> str:
         return " | ".join(repr(a) for a in args)
     if origin in (Union, types.UnionType):
         return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
-    if origin is list:
+    if origin in (list, Sequence):
         return f"list of {_type_name(args[0])}" if args else "list"
+    if origin in (dict, Mapping):
+        return "mapping"
     if tp is Any:
         return "any value"
     return getattr(tp, "__name__", str(tp))
@@ -69,7 +77,7 @@ def _matches(value: Any, tp: Any, path: str) -> bool:
         return any(_matches(value, arm, path) for arm in args)
     if origin is Literal:
         return value in args
-    if origin is list:
+    if origin in (list, Sequence):
         if not isinstance(value, (list, tuple)):
             return False
         for i, item in enumerate(value):
@@ -118,11 +126,84 @@ def validate(values: Mapping[str, Any], schema: type[S], path: str, what: str) -
             )
     for key, value in values.items():
         check_type(value, hints[key], f"{path}.{key}" if path else key)
+    for key, f in fields.items():
+        if key not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{path}.{key}" if path else key, f"missing: {what} needs {key!r}",
+                              allowed=_type_name(hints[key]))
     instance = schema(**values)
     check = getattr(instance, "check", None)
     if check is not None:
         check(path)
     return instance
+
+
+def _signature_target(factory: Callable) -> Callable:
+    """The function whose annotations describe ``factory``'s parameters."""
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    return factory.__init__ if isinstance(factory, type) else factory
+
+
+def _field_default(default: Any) -> dict[str, Any]:
+    if default is inspect.Parameter.empty:
+        return {}
+    if isinstance(default, (list, dict, set)):  # dataclasses refuse shared mutable defaults
+        return {"default_factory": functools.partial(copy.deepcopy, default)}
+    return {"default": default}
+
+
+def schema_from_signature(
+    factory: Callable,
+    name: str,
+    *,
+    check: Callable[[Any, str], None] | None = None,
+    exclude: Sequence[str] = (),
+) -> type:
+    """A config schema (dataclass) whose fields are ``factory``'s keyword parameters.
+
+    The signature is the one home of every default: each field takes the
+    parameter's annotation (``Any`` when it has none) and default (a parameter
+    without one is a required key). A ``functools.partial`` gives a variant with
+    other defaults. ``check(instance, path)`` holds the rules types cannot say.
+    The field ``name`` (the registered name) comes first.
+    """
+    hints = typing.get_type_hints(_signature_target(factory))
+    fields: list[tuple[str, Any, Any]] = [("name", str, dataclasses.field(default=name))]
+    for param in inspect.signature(factory).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.name in exclude:
+            continue
+        fields.append((param.name, hints.get(param.name, Any), dataclasses.field(**_field_default(param.default))))
+    namespace = {"__doc__": f"Options of model {name!r}, read from the signature of {_qualname(factory)}."}
+    if check is not None:
+        namespace["check"] = check
+    return dataclasses.make_dataclass(f"{name}_config", fields, namespace=namespace, kw_only=True)
+
+
+def signature_defaults(schema: type) -> dict[str, Any]:
+    """The defaults a schema holds, as plain YAML-able values (tuples become lists)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, Mapping):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(schema):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = plain(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = plain(f.default_factory())
+        else:
+            out[f.name] = "???"  # OmegaConf's "required": set it in the YAML
+    return out
+
+
+def _qualname(obj: Any) -> str:
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', obj)}"
 
 
 def require_positive(values: Any, path: str, *, allow_empty: bool = False) -> None:

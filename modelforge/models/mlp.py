@@ -1,31 +1,40 @@
-"""Multi-layer perceptron over flattened inputs."""
+"""Multi-layer perceptron over flattened inputs.
+
+The constructor's signature is the one home of every default; the config
+schema of ``model=mlp`` is read from it.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import Tensor, nn
 
-from modelforge.config import require_positive, require_probability
+from modelforge.config import require_positive, require_probability, schema_from_signature
 from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import LinearBlock
+from modelforge.layers.initializers import initialize
 from modelforge.registry import MODELS
 
 
 class MLP(nn.Module):
-    """Flatten, linear blocks over ``hidden_sizes``, then a linear classifier."""
+    """Flatten, linear blocks over ``hidden_sizes``, then a linear classifier.
+
+    ``init`` is applied with ``model.apply`` (``None`` keeps PyTorch's init).
+    """
 
     def __init__(
         self,
         in_channels: int = 1,
-        input_size: tuple[int, int] | list[int] = (28, 28),
+        input_size: Sequence[int] = (28, 28),
         n_classes: int = 10,
-        hidden_sizes: list[int] = (256, 128),
+        hidden_sizes: Sequence[int] = (256, 128),
         activation: Any = "relu",
         norm: bool = False,
-        dropout: float = 0.0,
+        dropout: float = 0.1,
+        init: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.input_shape = (in_channels, *input_size)
@@ -35,31 +44,21 @@ class MLP(nn.Module):
             *[LinearBlock(f_in, f_out, activation, norm, dropout) for f_in, f_out in zip(widths, widths[1:])]
         )
         self.head = nn.Linear(widths[-1], n_classes)
+        initialize(self, init or {})
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.hidden(self.flatten(x)))
 
 
-@dataclass
-class MLPConfig:
-    """Options of ``model=mlp``."""
+def check_mlp(cfg: Any, path: str) -> None:
+    """The rules of an MLP config that types cannot say."""
+    for key in ("in_channels", "n_classes", "input_size"):
+        require_positive(getattr(cfg, key), f"{path}.{key}")
+    require_positive(cfg.hidden_sizes, f"{path}.hidden_sizes", allow_empty=True)
+    require_probability(cfg.dropout, f"{path}.dropout")
+    make_activation(cfg.activation, f"{path}.activation")
 
-    name: str = "mlp"
-    in_channels: int = 1
-    input_size: list[int] = field(default_factory=lambda: [28, 28])
-    n_classes: int = 10
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 128])
-    activation: Any = "relu"
-    norm: bool = False
-    dropout: float = 0.0
-    init: dict[str, Any] = field(default_factory=dict)
 
-    def check(self, path: str) -> None:
-        for key in ("in_channels", "n_classes", "input_size"):
-            require_positive(getattr(self, key), f"{path}.{key}")
-        require_positive(self.hidden_sizes, f"{path}.hidden_sizes", allow_empty=True)
-        require_probability(self.dropout, f"{path}.dropout")
-        make_activation(self.activation, f"{path}.activation")
-
+MLPConfig = schema_from_signature(MLP, "mlp", check=check_mlp)
 
 MODELS.add("mlp", MLP, schema=MLPConfig, description="Linear blocks over hidden_sizes on flattened input")
