@@ -22,7 +22,8 @@ from modelforge.registry import MODELS
 
 # He init for the ReLU convs (PyTorch's default kaiming_uniform(a=sqrt(5)) is
 # tuned for no activation at all); linear layers, biases and norms keep PyTorch's.
-KAIMING_CONVS: Mapping[str, Any] = {"conv": "kaiming_normal"}
+# Every rule is spelled out so `model.init.linear=...` overrides an existing key.
+KAIMING_CONVS: Mapping[str, Any] = {"conv": "kaiming_normal", "linear": "default", "bias": "default", "norm": "default"}
 
 
 class CNN(nn.Module):
