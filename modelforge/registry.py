@@ -31,6 +31,7 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
         self._descriptions: dict[str, str] = {}
         self._schemas: dict[str, type] = {}
+        self._plugin_of: dict[str, str] = {}  # name -> the entry point that registered it
 
     def register(
         self,
@@ -70,6 +71,10 @@ class Registry(Generic[T]):
             )
         self._entries[name] = obj
         self._descriptions[name] = description or _first_doc_line(obj)
+        if _loading_plugin is not None:
+            self._plugin_of[name] = _loading_plugin
+        else:
+            self._plugin_of.pop(name, None)
         if schema is not None:
             self._schemas[name] = schema
         else:
@@ -97,10 +102,18 @@ class Registry(Generic[T]):
         """The config schema registered with ``name``, if any."""
         return self._schemas.get(name)
 
-    def names(self, pattern: str = "*") -> list[str]:
-        """Sorted names, filtered by a glob."""
+    def names(self, pattern: str = "*", *, plugins: bool = True) -> list[str]:
+        """Sorted names, filtered by a glob; ``plugins=False`` leaves out names that
+        ``modelforge.plugins`` entry points registered (the built-ins and names registered by import)."""
         load_plugins()
-        return sorted(n for n in self._entries if fnmatch.fnmatchcase(n, pattern))
+        return sorted(
+            n for n in self._entries
+            if fnmatch.fnmatchcase(n, pattern) and (plugins or n not in self._plugin_of)
+        )
+
+    def plugin_of(self, name: str) -> str | None:
+        """The ``modelforge.plugins`` entry point that registered ``name``, if one did."""
+        return self._plugin_of.get(name)
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
@@ -137,19 +150,22 @@ REGISTRIES: dict[str, Registry] = {
 }
 
 _plugins_loaded = False
+_loading_plugin: str | None = None
 
 
 def load_plugins() -> None:
     """Import every ``modelforge.plugins`` entry point once, so their names register."""
-    global _plugins_loaded
+    global _plugins_loaded, _loading_plugin
     if _plugins_loaded:
         return
     _plugins_loaded = True
     for ep in entry_points(group=PLUGIN_GROUP):
+        _loading_plugin = ep.name
         try:
             loaded = ep.load()
+            if callable(loaded) and not isinstance(loaded, type):
+                loaded()  # an entry point may name a function that registers things
         except Exception as exc:  # a broken plugin must not break modelforge itself
             log.warning("modelforge plugin %r failed to load: %s", ep.name, exc)
-            continue
-        if callable(loaded) and not isinstance(loaded, type):
-            loaded()  # an entry point may name a function that registers things
+        finally:
+            _loading_plugin = None
