@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_help_names_commands_and_config_groups(cli) -> None:
     result = cli("--help")
     assert result.returncode == 0
-    for word in ("train", "eval", "summary", "list", "model", "cnn, graph, mlp, seed_cnn", "optim", "hooks"):
+    for word in ("train", "eval", "summary", "list", "model", "cnn, graph, graph_nn, mlp, seed_cnn", "optim", "hooks"):
         assert word in result.stdout
     groups = [line.split()[0] for line in result.stdout.split("config groups")[1].splitlines()[1:] if line.strip()]
     assert "hydra" not in groups  # conf/hydra only extends Hydra's own groups

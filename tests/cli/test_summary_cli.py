@@ -58,7 +58,7 @@ def test_hydra_flags_still_work_after_the_subcommand(cli) -> None:
     assert result.returncode == 0, result.stderr
     assert "hidden_sizes:" in result.stdout and "Total params" not in result.stdout
     helped = cli("summary", "--help")
-    assert helped.returncode == 0 and "model: cnn, graph, mlp, seed_cnn" in helped.stdout
+    assert helped.returncode == 0 and "model: cnn, graph, graph_nn, mlp, seed_cnn" in helped.stdout
 
 
 def test_summary_runs_hook_plugins_on_its_dummy_batch(cli) -> None:
