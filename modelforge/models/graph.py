@@ -136,7 +136,8 @@ def _build_node(name: str, node: NodeConfig, srcs: list[str], values: dict[str, 
     if node.repeat is not None:
         require_positive(node.repeat, f"{node_path}.repeat")
         if len(srcs) != 1:
-            raise ConfigError(f"{node_path}.repeat", f"node {name!r} reads {len(srcs)} inputs; only a one-input node repeats")
+            raise ConfigError(f"{node_path}.repeat",
+                              f"node {name!r} reads {len(srcs)} inputs; only a one-input node repeats")
     inputs = [values[s] for s in srcs]
     copies: list[nn.Module] = []
     for _ in range(node.repeat or 1):
@@ -144,8 +145,9 @@ def _build_node(name: str, node: NodeConfig, srcs: list[str], values: dict[str, 
         described = ", ".join(f"{s} {list(sh)}" for s, sh in zip(srcs, shapes))
         try:
             block = factory(**infer_widths(factory, node.args, shapes[0]))
-        except (ModelforgeError, TypeError, ValueError) as exc:
-            raise ConfigError(node_path, f"node {name!r} ({node.block}): {str(exc).splitlines()[0]}") from None
+        except (ModelforgeError, TypeError, ValueError, RuntimeError, AssertionError) as exc:  # torch.nn's own checks
+            problem = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(node_path, f"node {name!r} ({node.block}): {problem}") from None
         if isinstance(block, MERGE_BLOCKS):
             if node.repeat is not None:
                 raise ConfigError(f"{node_path}.repeat", f"merge node {name!r} cannot repeat")
@@ -158,9 +160,11 @@ def _build_node(name: str, node: NodeConfig, srcs: list[str], values: dict[str, 
                 inputs = [block.eval()(*inputs)]
         except (RuntimeError, TypeError, ValueError) as exc:
             first = str(exc).splitlines()[0]
-            raise ConfigError(node_path, f"node {name!r} ({node.block}) does not fit its input {described}: {first}") from None
+            raise ConfigError(node_path,
+                              f"node {name!r} ({node.block}) does not fit its input {described}: {first}") from None
         if not isinstance(inputs[0], Tensor):
-            raise ConfigError(node_path, f"node {name!r} ({node.block}) returns {type(inputs[0]).__name__}, not a tensor",
+            raise ConfigError(node_path,
+                              f"node {name!r} ({node.block}) returns {type(inputs[0]).__name__}, not a tensor",
                               hint="a graph node must map tensors to one tensor")
         copies.append(block.train())
         srcs = [name]
