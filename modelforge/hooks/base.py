@@ -87,7 +87,7 @@ class HookPlugin(abc.ABC):
 
     Subclasses set ``name`` (the registry key), ``Options`` (a dataclass derived
     from :class:`PluginOptions`) and ``default_targets`` (how ``layers: null`` picks
-    modules: ``"leaves"``, ``"children"`` or ``"with_params"``), and implement
+    modules: ``"leaves"``, ``"children"``, ``"with_params"`` or ``"model"``), and implement
     :meth:`_register`.
     """
 
@@ -109,7 +109,7 @@ class HookPlugin(abc.ABC):
         Raises ConfigError (before any forward) when a ``layers`` pattern matches no module.
         """
         self.detach()
-        targets = select_targets(model, self.options.layers, default=self.default_targets,
+        targets = select_targets(model, self.patterns(), default=self.default_targets,
                                  path=f"{self.path}.layers", needs_params=self.needs_params)
         handles: list[Any] = []
         try:
@@ -131,8 +131,15 @@ class HookPlugin(abc.ABC):
     def attached(self) -> bool:
         return self._handle is not None and self._handle.attached
 
+    def patterns(self) -> list[str] | None:
+        """The layer patterns :meth:`attach` selects targets with (default: ``options.layers``)."""
+        return self.options.layers
+
     def check_precision(self, precision: str) -> None:
         """Refuse a trainer precision this plugin cannot work under (default: all are fine)."""
+
+    def after_test_batch(self, model: nn.Module, batch: Any, batch_idx: int) -> None:
+        """Called by the training callback after each test batch (``grad_cam`` draws there); default: nothing."""
 
     @abc.abstractmethod
     def _register(self, targets: list[Target], handles: list[Any], *, run_dir: Path | None, logger: Any) -> None:

@@ -17,7 +17,7 @@ from torch import nn
 from modelforge.errors import ConfigError, closest_names
 
 MAX_LISTED = 40  # names shown in an error; a big model's full list would bury the message
-DEFAULTS = ("leaves", "children", "with_params")
+DEFAULTS = ("leaves", "children", "with_params", "model")
 
 
 class Target(NamedTuple):
@@ -35,11 +35,13 @@ def default_targets(model: nn.Module, default: str) -> list[Target]:
     """The modules a plugin applies to when its ``layers`` is null.
 
     ``leaves``: modules without children; ``children``: the model's direct children;
-    ``with_params``: modules that own trainable parameters directly. A model without
-    submodules is its own target.
+    ``with_params``: modules that own trainable parameters directly; ``model``: the
+    model itself (its input and output). A model without submodules is its own target.
     """
     if default not in DEFAULTS:
         raise ValueError(f"default must be one of {DEFAULTS}, got {default!r}")
+    if default == "model":
+        return [Target("", model)]
     named = list(model.named_modules())
     if default == "with_params":
         return [Target(n, m) for n, m in named if _has_params(m, recurse=False)]
