@@ -95,12 +95,15 @@ class HookPlugin(abc.ABC):
     Options: ClassVar[type[PluginOptions]] = PluginOptions
     default_targets: ClassVar[str] = "leaves"
     needs_params: ClassVar[bool] = False  # gradient plugins: a target must own parameters
+    pattern_key: ClassVar[str] = "layers"  # the option :meth:`patterns` reads (errors name it)
 
     def __init__(self, options: PluginOptions | None = None, *, path: str | None = None) -> None:
         self.path = path or f"hooks.{self.name}"
         self.options = options if options is not None else self.Options()
         self.options.check(self.path)
         self.step: int | None = None  # the trainer's global step, set by the callback when there is one
+        # The trainer's running stage ("train", "sanity_check", "validate", "test", "predict"), set by the callback.
+        self.stage: str | None = None
         self._handle: HookHandle | None = None
 
     def attach(self, model: nn.Module, *, run_dir: Path | None = None, logger: Any = None) -> HookHandle:
@@ -110,7 +113,8 @@ class HookPlugin(abc.ABC):
         """
         self.detach()
         targets = select_targets(model, self.patterns(), default=self.default_targets,
-                                 path=f"{self.path}.layers", needs_params=self.needs_params)
+                                 path=f"{self.path}.{self.pattern_key}", needs_params=self.needs_params,
+                                 indexed=self.pattern_key == "layers")
         handles: list[Any] = []
         try:
             self._register(targets, handles, run_dir=run_dir, logger=logger)

@@ -73,6 +73,7 @@ class GradCam(HookPlugin):
 
     name = "grad_cam"
     Options = GradCamOptions
+    pattern_key = "layer"
 
     def __init__(self, options: GradCamOptions | None = None, *, path: str | None = None) -> None:
         super().__init__(options, path=path)

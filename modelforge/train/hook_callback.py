@@ -54,6 +54,21 @@ class HookPluginsCallback(pl.Callback):
                              batch_idx: int) -> None:
         for plugin in self.plugins:
             plugin.step = trainer.global_step
+        self._set_stage(trainer)
+
+    def on_validation_batch_start(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._set_stage(trainer)  # "sanity_check" before training: verbose skips it
+
+    def on_test_batch_start(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._set_stage(trainer)
+
+    def on_predict_batch_start(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._set_stage(trainer)
+
+    def _set_stage(self, trainer: pl.Trainer) -> None:
+        stage = trainer.state.stage
+        for plugin in self.plugins:
+            plugin.stage = stage.value if stage is not None else None
 
     def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -70,4 +85,4 @@ class HookPluginsCallback(pl.Callback):
         while self.handles:
             self.handles.pop().remove()
         for plugin in self.plugins:
-            plugin.step = None
+            plugin.step = plugin.stage = None
