@@ -34,3 +34,26 @@ def test_hooks_attached_before_compile_still_act(model, batch) -> None:
     for handle in handles:
         handle.remove()
     assert hook_count(model) == 0
+
+
+def test_steering_plugins_attached_before_compile_steer_the_compiled_model(model, batch) -> None:
+    torch._dynamo.reset()
+    model.eval()
+    reference = copy.deepcopy(model)
+    options = {"ablate": {"layers": ["encoder.3"], "channels": [0, 2], "mode": "mean"},
+               "input_noise": {"std": 0.3, "always": True}}
+    handles = [p.attach(model) for p in build_hook_plugins(options)]
+    ref_handles = [p.attach(reference) for p in build_hook_plugins(options)]
+    model.compile(backend="aot_eager")
+    with torch.no_grad():
+        torch.manual_seed(5)
+        compiled = model(batch)
+        torch.manual_seed(5)
+        eager = reference(batch)
+        for handle in ref_handles:
+            handle.remove()
+        clean = reference(batch)
+    assert torch.allclose(compiled, eager, atol=1e-5) and not torch.allclose(compiled, clean, atol=1e-3)
+    for handle in handles:
+        handle.remove()
+    assert hook_count(model) == 0
