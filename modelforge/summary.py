@@ -1,4 +1,4 @@
-"""A text summary of a model: module tree, output shapes, parameters and buffers."""
+"""A text summary of a model: module tree, output shapes, parameters, buffers and multiply-accumulates."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from modelforge.flops import FLOPS_PER_MAC, format_macs, macs_by_module
 
 
 @dataclass
@@ -19,6 +22,7 @@ class LayerRow:
     output_shape: str
     params: int
     buffers: int
+    macs: int = 0  # per sample, this module and its children (see modelforge.flops)
 
 
 def describe_output(output: Any) -> str:
@@ -33,7 +37,10 @@ def describe_output(output: Any) -> str:
 
 
 def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 2) -> list[LayerRow]:
-    """Run one dummy batch through ``model`` (eval mode, no grad) and describe every module."""
+    """Run one dummy batch through ``model`` (eval mode, no grad) and describe every module.
+
+    The same forward is counted by ``FlopCounterMode``: each row's ``macs`` is per sample.
+    """
     shapes: dict[str, str] = {}
     handles = []
     for name, module in model.named_modules():
@@ -45,12 +52,13 @@ def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 
     try:
         param = next(model.parameters(), None)
         device = param.device if param is not None else torch.device("cpu")
-        with torch.no_grad():
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
             model.eval()(torch.zeros(batch_size, *input_shape, device=device))
     finally:
         for handle in handles:
             handle.remove()
         model.train(was_training)
+    macs = macs_by_module(model, counter.get_flop_counts(), batch_size)
     rows = []
     for name, module in model.named_modules():
         rows.append(
@@ -61,6 +69,7 @@ def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 
                 output_shape=shapes.get(name, "-"),
                 params=sum(p.numel() for p in module.parameters()),
                 buffers=sum(b.numel() for b in module.buffers()),
+                macs=macs.get(name, 0),
             )
         )
     return rows
@@ -68,10 +77,10 @@ def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 
 
 def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[int, ...]) -> str:
     """Render summary rows as an indented table with the totals at the end."""
-    header = ("Layer", "Type", "Output shape", "Params", "Buffers")
+    header = ("Layer", "Type", "Output shape", "Params", "Buffers", "MACs")
     # Full dotted names, indented by depth: they are what hook targets (layers=[...]) match.
     table = [(("  " * r.depth) + r.name, r.kind, r.output_shape,
-              f"{r.params:,}", f"{r.buffers:,}") for r in rows]
+              f"{r.params:,}", f"{r.buffers:,}", f"{r.macs:,}") for r in rows]
     widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
     line = lambda cells: "  ".join(  # noqa: E731 - a local formatter reads best inline
         str(c).ljust(w) if i < 3 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
@@ -88,5 +97,17 @@ def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[in
         f"Non-trainable params: {total - trainable:,}",
         f"Buffers: {buffers:,}",
         f"Params + buffers size: {size_mb:.2f} MB",
+        f"Total MACs: {rows[0].macs:,} per sample ({format_macs(rows[0].macs)}; FLOPs/{FLOPS_PER_MAC} of "
+        "convolutions and matrix products; norms, activations, pooling and biases count 0)",
         f"Total params: {total:,}",
     ])
+
+
+def describe_model(model: nn.Module, input_shape: tuple[int, ...], name: str | None = None) -> str:
+    """One line: ``cnn (CNN): 421,834 params, 4.24 M MACs per sample, input [1, 28, 28]``."""
+    from modelforge.flops import count_macs
+
+    total, _ = count_macs(model, input_shape)
+    params = sum(p.numel() for p in model.parameters())
+    label = f"{name} ({type(model).__name__})" if name else type(model).__name__
+    return f"{label}: {params:,} params, {format_macs(total)} MACs per sample, input {list(input_shape)}"

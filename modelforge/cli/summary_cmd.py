@@ -12,7 +12,12 @@ from modelforge.summary import format_summary, summarize
 
 
 def summary_task(cfg: DictConfig) -> None:
-    """Build, attach any hook plugins, run one dummy batch and print the table."""
+    """Build, attach any hook plugins, run one dummy batch and print the table (and draw the graph if asked)."""
+    graph = (cfg.get("summary") or {}).get("graph")
+    if graph:
+        from modelforge.model_graph import check_picture_path
+
+        check_picture_path(graph)  # before any work
     model_cfg = model_config_from_run(cfg)
     plugins = build_hook_plugins(cfg.get("hooks"), path="hooks")
     model = build_model(model_cfg, seed=cfg.seed)
@@ -25,3 +30,7 @@ def summary_task(cfg: DictConfig) -> None:
     print(model)
     print()
     print(format_summary(model, rows, model.input_shape))
+    if graph:  # summary.graph=model.svg: a picture of the module graph, skips drawn as arcs
+        from modelforge.model_graph import draw_model_graph
+
+        print(f"module graph written to {draw_model_graph(model, model.input_shape, graph, title=model_cfg['name'])}")

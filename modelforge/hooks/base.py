@@ -87,7 +87,7 @@ class HookPlugin(abc.ABC):
 
     Subclasses set ``name`` (the registry key), ``Options`` (a dataclass derived
     from :class:`PluginOptions`) and ``default_targets`` (how ``layers: null`` picks
-    modules: ``"leaves"``, ``"children"`` or ``"with_params"``), and implement
+    modules: ``"leaves"``, ``"children"``, ``"with_params"`` or ``"model"``), and implement
     :meth:`_register`.
     """
 
@@ -95,12 +95,15 @@ class HookPlugin(abc.ABC):
     Options: ClassVar[type[PluginOptions]] = PluginOptions
     default_targets: ClassVar[str] = "leaves"
     needs_params: ClassVar[bool] = False  # gradient plugins: a target must own parameters
+    pattern_key: ClassVar[str] = "layers"  # the option :meth:`patterns` reads (errors name it)
 
     def __init__(self, options: PluginOptions | None = None, *, path: str | None = None) -> None:
         self.path = path or f"hooks.{self.name}"
         self.options = options if options is not None else self.Options()
         self.options.check(self.path)
         self.step: int | None = None  # the trainer's global step, set by the callback when there is one
+        # The trainer's running stage ("train", "sanity_check", "validate", "test", "predict"), set by the callback.
+        self.stage: str | None = None
         self._handle: HookHandle | None = None
 
     def attach(self, model: nn.Module, *, run_dir: Path | None = None, logger: Any = None) -> HookHandle:
@@ -109,8 +112,9 @@ class HookPlugin(abc.ABC):
         Raises ConfigError (before any forward) when a ``layers`` pattern matches no module.
         """
         self.detach()
-        targets = select_targets(model, self.options.layers, default=self.default_targets,
-                                 path=f"{self.path}.layers", needs_params=self.needs_params)
+        targets = select_targets(model, self.patterns(), default=self.default_targets,
+                                 path=f"{self.path}.{self.pattern_key}", needs_params=self.needs_params,
+                                 indexed=self.pattern_key == "layers")
         handles: list[Any] = []
         try:
             self._register(targets, handles, run_dir=run_dir, logger=logger)
@@ -131,8 +135,15 @@ class HookPlugin(abc.ABC):
     def attached(self) -> bool:
         return self._handle is not None and self._handle.attached
 
+    def patterns(self) -> list[str] | None:
+        """The layer patterns :meth:`attach` selects targets with (default: ``options.layers``)."""
+        return self.options.layers
+
     def check_precision(self, precision: str) -> None:
         """Refuse a trainer precision this plugin cannot work under (default: all are fine)."""
+
+    def after_test_batch(self, model: nn.Module, batch: Any, batch_idx: int) -> None:
+        """Called by the training callback after each test batch (``grad_cam`` draws there); default: nothing."""
 
     @abc.abstractmethod
     def _register(self, targets: list[Target], handles: list[Any], *, run_dir: Path | None, logger: Any) -> None:

@@ -17,7 +17,7 @@ from torch import nn
 from modelforge.errors import ConfigError, closest_names
 
 MAX_LISTED = 40  # names shown in an error; a big model's full list would bury the message
-DEFAULTS = ("leaves", "children", "with_params")
+DEFAULTS = ("leaves", "children", "with_params", "model")
 
 
 class Target(NamedTuple):
@@ -35,11 +35,13 @@ def default_targets(model: nn.Module, default: str) -> list[Target]:
     """The modules a plugin applies to when its ``layers`` is null.
 
     ``leaves``: modules without children; ``children``: the model's direct children;
-    ``with_params``: modules that own trainable parameters directly. A model without
-    submodules is its own target.
+    ``with_params``: modules that own trainable parameters directly; ``model``: the
+    model itself (its input and output). A model without submodules is its own target.
     """
     if default not in DEFAULTS:
         raise ValueError(f"default must be one of {DEFAULTS}, got {default!r}")
+    if default == "model":
+        return [Target("", model)]
     named = list(model.named_modules())
     if default == "with_params":
         return [Target(n, m) for n, m in named if _has_params(m, recurse=False)]
@@ -67,25 +69,28 @@ def select_targets(
     default: str = "leaves",
     path: str = "layers",
     needs_params: bool = False,
+    indexed: bool = True,
 ) -> list[Target]:
     """The modules ``patterns`` choose, in ``named_modules()`` order and without duplicates.
 
     Raises:
         ConfigError: at ``path[i]`` when pattern ``i`` matches no module (or, with
             ``needs_params``, only modules without trainable parameters), listing
-            the model's module names and suggesting the closest.
+            the model's module names and suggesting the closest (at ``path`` itself when
+            not ``indexed``: a single-pattern option such as ``grad_cam``'s ``layer``).
     """
     if patterns is None:
         return default_targets(model, default)
     named = [(n, m) for n, m in model.named_modules() if n]
     chosen: dict[str, nn.Module] = {}
     for i, pattern in enumerate(patterns):
+        where = f"{path}[{i}]" if indexed else path
         matched = [(n, m) for n, m in named if _matches(pattern, n, m)]
         if needs_params:
             with_params = [(n, m) for n, m in matched if _has_params(m)]
             if matched and not with_params:
                 raise ConfigError(
-                    f"{path}[{i}]",
+                    where,
                     f"{pattern!r} matches only modules without trainable parameters: "
                     + ", ".join(n for n, _ in matched[:MAX_LISTED]),
                     allowed=", ".join(n for n, m in named if _has_params(m, recurse=False))[:2000],
@@ -95,7 +100,7 @@ def select_targets(
             names = [n for n, _ in named]
             types = sorted({type(m).__name__ for _, m in named})
             raise ConfigError(
-                f"{path}[{i}]",
+                where,
                 f"{pattern!r} matches no module of {type(model).__name__}",
                 allowed=_listing(names, types),
                 suggestions=closest_names(pattern, names + types),

@@ -33,12 +33,14 @@ class HookPluginsCallback(pl.Callback):
         self.plugins = list(plugins)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.handles: list[HookHandle] = []
+        self._target: nn.Module | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Refused before any hook exists: fp16 AMP would feed scaled gradients to grad_clip.
         check_precision(self.plugins, trainer.precision)
         model = getattr(pl_module, "model", None)
         target = model if isinstance(model, nn.Module) else pl_module
+        self._target = target
         run_dir = self.run_dir if self.run_dir is not None else Path(trainer.default_root_dir)
         self._remove()
         try:
@@ -52,6 +54,26 @@ class HookPluginsCallback(pl.Callback):
                              batch_idx: int) -> None:
         for plugin in self.plugins:
             plugin.step = trainer.global_step
+        self._set_stage(trainer)
+
+    def on_validation_batch_start(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._set_stage(trainer)  # "sanity_check" before training: verbose skips it
+
+    def on_test_batch_start(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._set_stage(trainer)
+
+    def on_predict_batch_start(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._set_stage(trainer)
+
+    def _set_stage(self, trainer: pl.Trainer) -> None:
+        stage = trainer.state.stage
+        for plugin in self.plugins:
+            plugin.stage = stage.value if stage is not None else None
+
+    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        for plugin in self.plugins:  # e.g. grad_cam explains the first test batch
+            plugin.after_test_batch(self._target if self._target is not None else pl_module, batch, batch_idx)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove()
@@ -63,4 +85,4 @@ class HookPluginsCallback(pl.Callback):
         while self.handles:
             self.handles.pop().remove()
         for plugin in self.plugins:
-            plugin.step = None
+            plugin.step = plugin.stage = None

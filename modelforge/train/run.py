@@ -153,6 +153,7 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     if not plain.get("ckpt_path"):
         raise ConfigError("ckpt_path", "missing: which checkpoint to evaluate",
                           hint="python -m modelforge eval ckpt_path=RUN/checkpoints/last.ckpt")
+    plugins = build_hook_plugins(plain.get("hooks"), path="hooks")  # e.g. hooks=[ablate] for an ablation study
     ckpt = load_checkpoint(plain["ckpt_path"])
     stored = ckpt["hyper_parameters"]["config"]
     datamodule = build_datamodule(_eval_data_config(plain.get("data") or {}, stored.get("data") or {}))
@@ -162,13 +163,16 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     check_fits(ckpt, module)
     module.load_state_dict(ckpt["state_dict"])
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
+    for plugin in plugins:  # a layer pattern that matches nothing fails now, before testing
+        plugin.attach(model, run_dir=run_dir).remove()
     trainer = build_trainer({**stored, "trainer": plain.get("trainer") or {}, "hooks": None, "logger": None},
-                            run_dir, plugins=[], for_eval=True)
+                            run_dir, plugins=plugins, for_eval=True)
     with ddp_run_scope(trainer):
         results = trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
-        write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"])})
+        write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"]),
+                                                   "hooks": plain.get("hooks") or {}})
         print(format_metrics({**metrics, "ckpt_path": str(plain["ckpt_path"])}, run_dir))
     return metrics
 

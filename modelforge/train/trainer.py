@@ -72,13 +72,16 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
         # A crash or Ctrl-C mid-epoch keeps the weights and loop state of that moment.
         CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
     ]
-    if plugins:
-        from modelforge.train.hook_callback import HookPluginsCallback
-
-        callbacks.append(HookPluginsCallback(list(plugins), run_dir=run_dir))
+    callbacks += _hooks(plugins, run_dir)
     if logged and (config.get("sched") or {}).get("name", "none") != "none":
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return callbacks
+
+
+def _hooks(plugins: Sequence[Any], run_dir: Path) -> list[Callback]:
+    from modelforge.train.hook_callback import HookPluginsCallback
+
+    return [HookPluginsCallback(list(plugins), run_dir=run_dir)] if plugins else []
 
 
 def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], for_eval: bool = False) -> pl.Trainer:
@@ -89,7 +92,7 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger_name = None if for_eval else (config.get("logger") or {}).get("name")
     logger = _logger(logger_name, run_dir)
-    callbacks = [] if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
+    callbacks = _callbacks(config, run_dir, plugins, logged=bool(logger)) if not for_eval else _hooks(plugins, run_dir)
     if for_eval:
         options["enable_checkpointing"] = False
     check_accelerator(options)

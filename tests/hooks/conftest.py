@@ -19,6 +19,14 @@ LEAF_SHAPES = {
 }
 PARAM_LAYERS = ["encoder.0", "encoder.1", "encoder.3", "decoder.1"]
 
+# Plugins without a sensible default target (ablating "everything" means nothing): what generic tests give them.
+REQUIRED_OPTIONS: dict[str, dict[str, object]] = {"ablate": {"layers": ["encoder.3"], "channels": [0]}}
+
+
+def options_for(name: str, **options: object) -> dict[str, object]:
+    """Plugin ``name``'s options for a generic test: its required ones, then ``options`` on top."""
+    return {**REQUIRED_OPTIONS.get(name, {}), **options}
+
 MODULE_HOOK_DICTS = (
     "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
     "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",

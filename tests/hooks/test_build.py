@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from modelforge.errors import ConfigError, UnknownNameError
 from modelforge.hooks import FeatureCapture, GradClip, GradMonitor, Verbose, build_hook_plugins, check_precision
 from modelforge.registry import HOOKS
+from tests.hooks.conftest import REQUIRED_OPTIONS, options_for
 
 
 def test_builds_in_config_order_with_options_and_paths() -> None:
@@ -26,7 +27,7 @@ def test_accepts_an_omegaconf_mapping_and_a_custom_path() -> None:
     assert plugin.options.layers == ["encoder.*"] and plugin.options.log_every == 5
 
 
-@pytest.mark.parametrize("name", HOOKS.names())
+@pytest.mark.parametrize("name", [n for n in HOOKS.names() if n not in REQUIRED_OPTIONS])
 def test_every_plugin_builds_with_its_defaults_and_has_a_description(name: str) -> None:
     (plugin,) = build_hook_plugins({name: {}})
     assert plugin.name == name and plugin.options == HOOKS.schema(name)()
@@ -35,7 +36,7 @@ def test_every_plugin_builds_with_its_defaults_and_has_a_description(name: str) 
 
 def test_unknown_plugin_suggests_the_closest() -> None:
     with pytest.raises(UnknownNameError, match=r"^hooks\.verbos: unknown hook 'verbos'\n  did you mean 'verbose'\?\n"
-                                               r"  allowed: feature_capture, grad_clip, grad_monitor, verbose"):
+                                               r"  allowed: ablate, activation_stats, feature_capture, grad_cam, grad_clip, grad_monitor, input_noise, verbose"):
         build_hook_plugins({"verbose": {}, "verbos": {}})
 
 
@@ -100,7 +101,7 @@ def test_grad_monitor_warns_that_float16_norms_are_scaled(caplog: pytest.LogCapt
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-true", "64-true"])
 def test_other_precisions_are_accepted(precision: str) -> None:
-    check_precision(build_hook_plugins({n: {} for n in HOOKS.names()}), precision)
+    check_precision(build_hook_plugins({n: options_for(n) for n in HOOKS.names()}), precision)
 
 
 def test_options_are_dataclasses_with_one_shared_layers_option() -> None:

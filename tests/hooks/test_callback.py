@@ -16,7 +16,7 @@ from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins
 from modelforge.registry import HOOKS
 from modelforge.train.hook_callback import HookPluginsCallback
-from tests.hooks.conftest import TinyNet, global_hook_count, hook_count
+from tests.hooks.conftest import TinyNet, global_hook_count, hook_count, options_for
 
 CLIP = 0.01
 # Lightning's advice about tiny loaders and logging intervals is noise for these runs.
@@ -143,7 +143,7 @@ def test_a_checkpoint_saved_with_hooks_attached_holds_no_trace_of_them(tmp_path:
             trainer.save_checkpoint(path)
 
     module = LitTiny()
-    plugins = build_hook_plugins({n: {} for n in HOOKS.names()})
+    plugins = build_hook_plugins({n: options_for(n) for n in HOOKS.names()})
     trainer([HookPluginsCallback(plugins, run_dir=tmp_path), SaveDuringFit()]).fit(module, loader())
     ckpt = torch.load(path, weights_only=True)
     assert list(ckpt["state_dict"]) == list(LitTiny().state_dict())

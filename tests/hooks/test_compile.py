@@ -34,3 +34,58 @@ def test_hooks_attached_before_compile_still_act(model, batch) -> None:
     for handle in handles:
         handle.remove()
     assert hook_count(model) == 0
+
+
+def test_steering_plugins_attached_before_compile_steer_the_compiled_model(model, batch) -> None:
+    torch._dynamo.reset()
+    model.eval()
+    reference = copy.deepcopy(model)
+    options = {"ablate": {"layers": ["encoder.3"], "channels": [0, 2], "mode": "mean"},
+               "input_noise": {"std": 0.3, "always": True}}
+    handles = [p.attach(model) for p in build_hook_plugins(options)]
+    ref_handles = [p.attach(reference) for p in build_hook_plugins(options)]
+    model.compile(backend="aot_eager")
+    with torch.no_grad():
+        torch.manual_seed(5)
+        compiled = model(batch)
+        torch.manual_seed(5)
+        eager = reference(batch)
+        for handle in ref_handles:
+            handle.remove()
+        clean = reference(batch)
+    assert torch.allclose(compiled, eager, atol=1e-5) and not torch.allclose(compiled, clean, atol=1e-3)
+    for handle in handles:
+        handle.remove()
+    assert hook_count(model) == 0
+
+
+def test_activation_stats_tensor_hooks_work_in_the_compiled_model(model, batch) -> None:
+    torch._dynamo.reset()
+    reference = copy.deepcopy(model)
+    plugin = build_hook_plugins({"activation_stats": {"layers": ["encoder.4"], "log_every": 1}})[0]
+    handle = plugin.attach(model)
+    model.compile(backend="aot_eager")
+    model(batch).pow(2).sum().backward()
+    act = reference.encoder(batch)
+    act.retain_grad()
+    reference.decoder(act).pow(2).sum().backward()
+    stats = plugin.stats["encoder.4"]
+    assert stats["act_mean"] == pytest.approx(act.mean().item(), rel=1e-5)
+    assert stats["grad_mean"] == pytest.approx(act.grad.mean().item(), rel=1e-4)
+    handle.remove()
+
+
+def test_grad_cam_full_backward_hook_works_in_the_compiled_model(model, batch) -> None:
+    torch._dynamo.reset()
+    reference = copy.deepcopy(model)
+    plugin, eager = build_hook_plugins({"grad_cam": {}}), build_hook_plugins({"grad_cam": {}})
+    handles = [plugin[0].attach(model), eager[0].attach(reference)]
+    model.compile(backend="aot_eager")
+    model.zero_grad()
+    forward_backward(model, batch)  # a training step through the full backward hook
+    forward_backward(reference, batch)  # the same BatchNorm statistics update
+    assert all(torch.allclose(p.grad, q.grad, atol=1e-5) for p, q in zip(model.parameters(), reference.parameters()))
+    heatmaps = plugin[0].compute(model, batch).heatmaps
+    assert torch.allclose(heatmaps, eager[0].compute(reference, batch).heatmaps, atol=1e-5)
+    for handle in handles:
+        handle.remove()

@@ -27,8 +27,12 @@ def test_each_plugin_has_a_yaml_that_packages_itself_under_hooks(name: str) -> N
 
 @pytest.mark.parametrize("name", HOOKS.names())
 def test_yaml_defaults_are_the_options_defaults(name: str) -> None:
-    values = yaml.safe_load((HOOKS_DIR / f"{name}.yaml").read_text())
-    assert values == dataclasses.asdict(HOOKS.schema(name)())
+    # The Options dataclass is the one source of a plugin's defaults; the YAML lists the same keys so that
+    # Hydra refuses a misspelled override at composition, and says where the defaults come from.
+    text = (HOOKS_DIR / f"{name}.yaml").read_text()
+    schema = HOOKS.schema(name)
+    assert yaml.safe_load(text) == dataclasses.asdict(schema())
+    assert f"# Keys and defaults mirror {schema.__name__} (modelforge/hooks/" in text
 
 
 @pytest.fixture
@@ -69,7 +73,7 @@ def test_a_misspelled_option_fails_in_hydra_or_in_the_builder(primary: Path) -> 
         build_hook_plugins(cfg.hooks)
 
 
-@pytest.mark.parametrize("primary_name", ["summary", "train"])
+@pytest.mark.parametrize("primary_name", ["summary", "train", "eval"])
 def test_the_commands_configs_compose_with_and_without_hooks(primary_name: str) -> None:
     if not (conf_dir() / f"{primary_name}.yaml").is_file():
         pytest.skip(f"conf/{primary_name}.yaml not written yet")

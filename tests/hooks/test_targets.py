@@ -9,7 +9,7 @@ from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, select_targets
 from modelforge.hooks.targets import default_targets
 from modelforge.registry import HOOKS
-from tests.hooks.conftest import LEAF_SHAPES, PARAM_LAYERS, hook_count
+from tests.hooks.conftest import LEAF_SHAPES, PARAM_LAYERS, REQUIRED_OPTIONS, hook_count
 
 
 def names(model: nn.Module, patterns: list[str] | None, **kwargs: object) -> list[str]:
@@ -45,8 +45,11 @@ def test_gradient_plugins_skip_modules_without_parameters(model) -> None:
 
 @pytest.mark.parametrize("name", HOOKS.names())
 def test_pattern_matching_nothing_lists_names_and_suggests(name: str, model) -> None:
-    plugin = build_hook_plugins({name: {"layers": ["encodr.0"]}})[0]
-    with pytest.raises(ConfigError, match=rf"^hooks\.{name}\.layers\[0\]: 'encodr\.0' matches no module of TinyNet") as info:
+    key = HOOKS.get(name).pattern_key
+    value = ["encodr.0"] if key == "layers" else "encodr.0"  # grad_cam names one layer
+    plugin = build_hook_plugins({name: {**REQUIRED_OPTIONS.get(name, {}), key: value}})[0]
+    where = rf"{key}\[0\]" if key == "layers" else key
+    with pytest.raises(ConfigError, match=rf"^hooks\.{name}\.{where}: 'encodr\.0' matches no module of TinyNet") as info:
         plugin.attach(model)
     message = str(info.value)
     assert "did you mean 'encoder.0'?" in message

@@ -47,14 +47,21 @@ def test_only_the_first_max_calls_are_logged_then_the_hooks_are_gone(model, capl
     assert hook_count(model) == 0  # removed themselves after the second call
 
 
-def test_reattaching_logs_the_first_calls_again(model, batch, caplog) -> None:
+def test_calls_count_over_the_plugins_life_so_reattaching_logs_nothing_more(model, batch, caplog) -> None:
+    # A run builds its plugins once and attaches them for fit and again for test: one table per run.
     caplog.set_level(logging.INFO, logger=LOGGER)
     plugin = build_hook_plugins({"verbose": {"layers": ["decoder.1"]}})[0]
     for _ in range(2):
-        plugin.attach(model)
+        with plugin.attach(model) as handle:
+            model(batch)
+            model(batch)
+        assert not handle.attached
+    assert lines(caplog) == ["decoder.1  Linear  -> [2, 10]"]
+    assert hook_count(model) == 0
+    fresh = build_hook_plugins({"verbose": {"layers": ["decoder.1"]}})[0]
+    with fresh.attach(model):
         model(batch)
-        model(batch)
-    assert lines(caplog) == ["decoder.1  Linear  -> [2, 10]"] * 2
+    assert len(lines(caplog)) == 2
 
 
 class Splitter(nn.Module):

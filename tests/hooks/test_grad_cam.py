@@ -1,0 +1,80 @@
+"""grad_cam: forward + full backward hooks give Grad-CAM heatmaps, written as a PNG at the first test batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from modelforge.errors import ConfigError
+from modelforge.hooks import build_hook_plugins
+from modelforge.train.hook_callback import HookPluginsCallback
+from tests.hooks.conftest import hook_count, module_hooks
+from tests.hooks.test_callback import LitTiny, loader
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*treespec"),
+              pytest.mark.filterwarnings("ignore:The number of training batches")]
+
+
+def grad_cam(**options: object):
+    return build_hook_plugins({"grad_cam": options})[0]
+
+
+def reference_cam(model, x: torch.Tensor) -> torch.Tensor:
+    """Grad-CAM of encoder.3 written out by hand, without hooks."""
+    a = model.encoder[:4](x)
+    logits = model.decoder(model.encoder[4](a))
+    score = logits.gather(1, logits.argmax(1, keepdim=True)).sum()
+    (grad,) = torch.autograd.grad(score, a)
+    cam = F.relu((grad.mean(dim=(2, 3), keepdim=True) * a).sum(1, keepdim=True))
+    cam = F.interpolate(cam, size=x.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
+    return cam / cam.flatten(1).amax(1).clamp_min(1e-12).view(-1, 1, 1)
+
+
+def test_heatmaps_equal_a_hand_written_grad_cam_and_leave_grads_alone(model) -> None:
+    x = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    model.eval()
+    plugin = grad_cam()  # default layer: the last Conv2d, encoder.3
+    with plugin.attach(model):
+        assert module_hooks(model)["_backward_hooks"] == 1  # a full backward hook on encoder.3
+        result = plugin.compute(model, x)
+    assert result.layer == "encoder.3" and list(result.heatmaps.shape) == [4, 8, 8]
+    assert torch.allclose(result.heatmaps, reference_cam(model, x), atol=1e-5)
+    assert torch.equal(result.predicted, model(x).argmax(1))
+    assert all(p.grad is None for p in model.parameters())
+    assert hook_count(model) == 0
+
+
+def test_compute_works_inside_inference_mode_on_an_inference_tensor(model) -> None:
+    plugin = grad_cam(layer="encoder.3")
+    with plugin.attach(model), torch.inference_mode():
+        x = torch.randn(2, 1, 8, 8)
+        heatmaps = plugin.compute(model, x).heatmaps
+    assert heatmaps.min() >= 0 and heatmaps.max() <= 1 and heatmaps.amax(dim=(1, 2)).max() == 1
+
+
+def test_a_lightning_test_run_writes_the_png_grid(tmp_path: Path) -> None:
+    plugin = grad_cam(layer="encoder.3", num_images=3)
+    trainer = pl.Trainer(callbacks=[HookPluginsCallback([plugin], run_dir=tmp_path)], accelerator="cpu",
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    module = LitTiny()
+    trainer.test(module, loader(), verbose=False)  # under inference_mode, as eval runs it
+    png = tmp_path / "grad_cam" / "encoder.3.png"
+    assert plugin.saved_images == [png] and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in png.parent.iterdir()] == ["encoder.3.png"]  # no temporary file left
+    assert hook_count(module.model) == 0
+
+
+def test_one_layer_and_a_4d_output_are_required(model, batch) -> None:
+    with pytest.raises(ConfigError, match=r"^hooks\.grad_cam\.layers: grad_cam explains one layer\n"
+                                          r"  hint: use hooks\.grad_cam\.layer=encoder\.1"):
+        grad_cam(layers=["encoder.0"])
+    with pytest.raises(ConfigError, match=r"^hooks\.grad_cam\.layer: 'encoder\.\*' matches 5 modules"):
+        grad_cam(layer="encoder.*").attach(model)
+    plugin = grad_cam(layer="decoder.1")
+    with plugin.attach(model), pytest.raises(ConfigError, match=r"'decoder\.1' gives \[2, 10\]: Grad-CAM needs"):
+        plugin.compute(model, batch)

@@ -1,0 +1,74 @@
+"""Multiply-accumulates: count_macs and the summary's MACs column against a hand count."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from torch import nn
+
+from modelforge import build_model
+from modelforge.flops import count_macs, format_macs
+from modelforge.paths import conf_dir
+from modelforge.summary import describe_model, format_summary, summarize
+
+# The default cnn, by hand (per sample; a conv output pixel costs k*k*c_in MACs per output channel):
+CONV1 = 28 * 28 * 32 * (3 * 3 * 1)       # 1 -> 32, 3x3, padding 1, on 28x28; then 2x2 max pool -> 14x14
+CONV2 = 14 * 14 * 64 * (3 * 3 * 32)      # 32 -> 64 on 14x14; pool -> 7x7
+FC1 = (64 * 7 * 7) * 128                 # flatten 3136 -> 128
+HEAD = 128 * 10
+HAND_COUNT = CONV1 + CONV2 + FC1 + HEAD  # 4,241,152; BatchNorm, ReLU, pooling and biases count 0
+
+
+def test_the_default_cnn_matches_the_hand_count() -> None:
+    model = build_model({"name": "cnn"})
+    total, per_layer = count_macs(model, model.input_shape)
+    assert abs(total - HAND_COUNT) <= 0.01 * HAND_COUNT
+    assert total == HAND_COUNT  # and in fact exactly
+    assert per_layer["encoder.0.conv"] == CONV1 and per_layer["encoder.1.conv"] == CONV2
+    assert per_layer["decoder.0.linear"] == FC1 and per_layer["head"] == HEAD
+    assert per_layer["encoder.0.norm"] == per_layer["encoder.0.act"] == per_layer["encoder.0.pool"] == 0
+    assert per_layer["encoder"] == CONV1 + CONV2  # a parent counts its children
+    assert "" not in per_layer and set(per_layer) == {n for n, _ in model.named_modules() if n}
+
+
+def test_per_sample_whatever_the_batch_and_the_mode_is_restored() -> None:
+    model = build_model({"name": "cnn", "enc_sizes": [8]}).train()
+    assert count_macs(model, model.input_shape, batch_size=4)[0] == count_macs(model, model.input_shape)[0]
+    assert model.training
+
+
+def test_any_module_and_a_graph_model() -> None:
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(12, 5), nn.ReLU(), nn.Linear(5, 2))
+    assert count_macs(mlp, (3, 4)) == (12 * 5 + 5 * 2, {"0": 0, "1": 60, "2": 0, "3": 10})
+    graph = build_model(conf_dir() / "model" / "graph.yaml", seed=0)
+    total, per_layer = count_macs(graph, graph.input_shape)
+    convs = [n for n, m in graph.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    assert total == sum(per_layer[n] for n in convs) > 0
+
+
+def test_summary_rows_and_table_show_the_macs() -> None:
+    model = build_model({"name": "cnn"})
+    rows = summarize(model, model.input_shape)
+    assert rows[0].macs == HAND_COUNT and {r.name: r.macs for r in rows}["encoder.1.conv"] == CONV2
+    text = format_summary(model, rows, model.input_shape)
+    assert re.search(r"encoder\.1\.conv\s+Conv2d\s+\[2, 64, 14, 14\]\s+18,496\s+0\s+3,612,672$", text, re.M)
+    assert "Total MACs: 4,241,152 per sample (4.24 M;" in text
+    assert describe_model(model, model.input_shape, "cnn") == \
+        "cnn (CNN): 421,834 params, 4.24 M MACs per sample, input [1, 28, 28]"
+    assert format_macs(999) == "999" and format_macs(51_200_000_000) == "51.20 G"
+
+
+def test_summary_command_prints_the_total(cli) -> None:
+    result = cli("summary", "model=cnn")
+    assert result.returncode == 0, result.stderr
+    assert f"Total MACs: {HAND_COUNT:,} per sample" in result.stdout
+
+
+def test_importing_flops_loads_no_lightning() -> None:
+    code = ("import sys, modelforge.flops, modelforge.summary; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('pytorch_lightning', 'lightning')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
