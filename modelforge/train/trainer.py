@@ -40,19 +40,6 @@ def default_precision(accelerator: str) -> str:
     return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
 
 
-def build_datamodule(data_cfg: Mapping[str, Any]) -> pl.LightningDataModule:
-    """The data module named by ``data.name`` (only ``mnist`` today), with its options checked."""
-    from modelforge.data import MNISTDataModule
-
-    datamodules = {"mnist": MNISTDataModule}
-    options = dict(data_cfg)
-    name = options.pop("name", "mnist")
-    if name not in datamodules:
-        raise UnknownNameError("dataset", name, datamodules, path="data.name")
-    check_kwargs(datamodules[name], options, "data", f"data module {name!r}")
-    return datamodules[name](**options)
-
-
 def _logger(name: str | None, run_dir: Path) -> Logger | bool:
     if name is None:
         return False
