@@ -1,15 +1,28 @@
-"""The built-in ``callbacks=[...]`` and ``logger=[...]`` names: Lightning classes, imported on first use.
+"""The built-in ``data=``, ``callbacks=[...]`` and ``logger=[...]`` names: Lightning classes, imported on first use.
 
-An allow-list: each name maps to one class of ``pytorch_lightning``; a user's own callback or
-logger class joins it through ``CALLBACKS.register`` / ``LOGGERS.register`` in their package.
+An allow-list: each name maps to one class of ``pytorch_lightning`` (or modelforge's IDX data
+module); a user's own data module, callback or logger class joins it through
+``DATAMODULES.register`` / ``CALLBACKS.register`` / ``LOGGERS.register`` in their package.
+Nothing here imports Lightning or ``modelforge.data``: ``import modelforge`` stays light.
 """
 
 from __future__ import annotations
 
 from modelforge.lazy import LazyClass
-from modelforge.registry import CALLBACKS, LOGGERS
+from modelforge.registry import CALLBACKS, DATAMODULES, LOGGERS
 
+_DATA = "modelforge.data.datamodule"
 _CB = "pytorch_lightning.callbacks"
+
+for _name, _what in (
+    ("mnist", "MNIST digits (IDX files, checked, downloaded)"),
+    ("fashion_mnist", "Fashion-MNIST clothing (IDX files, checked, downloaded)"),
+):
+    DATAMODULES.add(_name, LazyClass(_DATA, "IdxDataModule", _what, dataset=_name))
+DATAMODULES.add("idx", LazyClass(_DATA, "IdxDataModule",
+                                 "any folder of the four IDX files: data.data_dir, n_classes; stats computed",
+                                 dataset=None))
+
 _LOG = "pytorch_lightning.loggers"
 
 for _name, _cls, _what in (

@@ -273,7 +273,7 @@ class IdxDataModule(pl.LightningDataModule):
     @staticmethod
     def _ready(dataset: MnistBatches | None) -> MnistBatches:
         if dataset is None:
-            raise RuntimeError(f"{type(self).__name__}.setup() must run before asking for a dataloader")
+            raise RuntimeError("IdxDataModule.setup() must run before asking for a dataloader")
         return dataset
 
 
