@@ -5,7 +5,7 @@ initializers, models, hooks, optimizers, schedules) through the explicit imports
 imports Lightning: building a model needs torch, omegaconf and nothing else.
 """
 
-from modelforge import hooks, layers, lightning_parts, models, optim  # noqa: F401 - these imports register the built-ins
+from modelforge import builtin_names, hooks, layers, models, optim  # noqa: F401 - these imports register the built-ins
 from modelforge.build import build_model, model_config_from_run, validate_model_config
 from modelforge.errors import CheckpointError, ConfigError, DataError, ModelforgeError, UnknownNameError
 from modelforge.hooks import build_hook_plugins

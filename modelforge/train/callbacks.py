@@ -2,7 +2,7 @@
 
 ``callbacks=[early_stopping,lr_monitor] callbacks.early_stopping.patience=1`` composes to
 ``{early_stopping: {patience: 1, ...}, lr_monitor: {...}}``; each name resolves through the
-CALLBACKS registry (built-ins in ``modelforge.lightning_parts``, a user's own through
+CALLBACKS registry (built-ins in ``modelforge.builtin_names``, a user's own through
 ``CALLBACKS.register``) and its options are checked against the class's signature.
 """
 
