@@ -6,7 +6,8 @@ name a plugin registered; its options and their defaults are the class's own sig
 ``warmup_cosine``) are stepped every batch and need the total number of steps, which the trainer
 knows only once fitting starts; torch's epoch schedules (``step``, ``multistep``, ``exponential``,
 ``plateau``) are stepped every epoch. ``sched.interval``, ``sched.frequency`` and
-``sched.monitor`` are Lightning's lr_scheduler settings.
+``sched.monitor`` are Lightning's lr_scheduler settings. An option set to null takes the
+default of the class or factory, so the YAML files can list keys without repeating defaults.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def resolve_optimizer(name: Any) -> tuple[str, Any]:
 
 def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[str, Any, dict[str, Any], bool]:
     """Check ``optim_cfg``; return (name, class, keyword arguments, no_decay_norm_bias)."""
-    options = dict(optim_cfg)
+    # null means "the class's default": conf/optim lists keys as null so optim.lr=... needs no +.
+    options = {k: v for k, v in optim_cfg.items() if v is not None}
     name, cls = resolve_optimizer(options.pop("name", None))
     no_decay = options.pop("no_decay_norm_bias", False)
     if not isinstance(no_decay, bool):
@@ -181,7 +183,7 @@ _CLASS_ARGS = ("optimizer", "last_epoch")
 
 def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[str, Any, dict[str, Any], dict[str, Any]]:
     """Check ``sched_cfg``; return (name, factory, its options, Lightning's lr_scheduler settings)."""
-    options = dict(sched_cfg or {"name": "none"})
+    options = {k: v for k, v in (sched_cfg or {"name": "none"}).items() if v is not None}
     name = options.pop("name", "none")
     factory = SCHEDULERS.get(name, path="sched.name")
     lightning = {k: options.pop(k) for k in LIGHTNING_SCHED_KEYS if k in options}
