@@ -62,8 +62,8 @@ def _with_data(cfg, data: dict):
 
 
 def test_a_user_datamodule_trains_and_shapes_the_model(tiny_mnist: Path, tmp_path: Path, colour_blobs) -> None:
-    cfg = _with_data(compose_train(tiny_mnist, "model=cnn", "enc_sizes=[4]", "dec_sizes=[]", "trainer.max_epochs=2",
-                                   "optim.lr=3e-3"), {"name": "colour_blobs", "n": 96})
+    cfg = _with_data(compose_train(tiny_mnist, "model=cnn", "enc_sizes=[4]", "dec_sizes=[]", "trainer.max_epochs=4",
+                                   "optim.lr=3e-3"), {"name": "colour_blobs", "n": 128, "brightness": 4.0})
     train(cfg, run_dir=tmp_path)
     stored = yaml.safe_load((tmp_path / "config.yaml").read_text())
     metrics = json.loads((tmp_path / "metrics.json").read_text())
