@@ -5,7 +5,7 @@ initializers, models, hooks, optimizers, schedules) through the explicit imports
 imports Lightning: building a model needs torch, omegaconf and nothing else.
 """
 
-from modelforge import hooks, layers, models, optim  # noqa: F401 - these imports register the built-ins
+from modelforge import builtin_names, hooks, layers, models, optim  # noqa: F401 - these imports register the built-ins
 from modelforge.build import build_model, model_config_from_run, validate_model_config
 from modelforge.errors import CheckpointError, ConfigError, DataError, ModelforgeError, UnknownNameError
 from modelforge.hooks import build_hook_plugins
@@ -13,8 +13,11 @@ from modelforge.layers import ConvBlock, LinearBlock, initialize, make_activatio
 from modelforge.registry import (
     ACTIVATIONS,
     BLOCKS,
+    CALLBACKS,
+    DATAMODULES,
     HOOKS,
     INITIALIZERS,
+    LOGGERS,
     MODELS,
     OPTIMIZERS,
     REGISTRIES,
@@ -28,8 +31,11 @@ __version__ = "0.1.0"
 __all__ = [
     "ACTIVATIONS",
     "BLOCKS",
+    "CALLBACKS",
+    "DATAMODULES",
     "HOOKS",
     "INITIALIZERS",
+    "LOGGERS",
     "MODELS",
     "OPTIMIZERS",
     "REGISTRIES",

@@ -1,143 +1,225 @@
 """Optimizers and learning-rate schedules from the ``optim`` and ``sched`` configs.
 
-Schedules are stepped every batch, so they need the total number of steps,
-which the trainer knows only once fitting starts.
+``optim.name`` is any optimizer class of ``torch.optim`` (any case: ``rmsprop``, ``RMSprop``) or a
+name a plugin registered; its options and their defaults are the class's own signature.
+``sched.name`` picks a schedule: the ones planned over the whole run (``onecycle``, ``cosine``,
+``warmup_cosine``) are stepped every batch and need the total number of steps, which the trainer
+knows only once fitting starts; torch's epoch schedules (``step``, ``multistep``, ``exponential``,
+``plateau``) are stepped every epoch. ``sched.interval``, ``sched.frequency`` and
+``sched.monitor`` are Lightning's lr_scheduler settings. An option set to null takes the
+default of the class or factory, so the YAML files can list keys without repeating defaults.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import inspect
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
-from modelforge.config import require_positive, validate
-from modelforge.errors import ConfigError
+from modelforge.config import require_positive
+from modelforge.errors import ConfigError, UnknownNameError
+from modelforge.options import check_call
 from modelforge.registry import OPTIMIZERS, SCHEDULERS
 
-
-@dataclass
-class AdamConfig:
-    name: str = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-
-    def check(self, path: str) -> None:
-        _check_lr_wd(self, path)
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ConfigError(f"{path}.betas", f"expected two values in [0, 1), got {self.betas}")
+_LR_SCHEDULER = torch.optim.lr_scheduler
+# Options that go to Lightning's lr_scheduler config, not to the schedule itself.
+LIGHTNING_SCHED_KEYS = ("interval", "frequency", "monitor")
+# Metrics a run logs once per epoch, which an epoch schedule (plateau) can follow.
+MONITORABLE = ("val/loss", "val/acc", "train/loss", "train/acc")
+_NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
 
-@dataclass
-class SGDConfig:
-    name: str = "sgd"
-    lr: float = 0.05
-    weight_decay: float = 0.0
-    momentum: float = 0.9
-    nesterov: bool = False
-
-    def check(self, path: str) -> None:
-        _check_lr_wd(self, path)
-        if self.momentum < 0:
-            raise ConfigError(f"{path}.momentum", f"must be >= 0, got {self.momentum}")
-        if self.nesterov and self.momentum <= 0:
-            raise ConfigError(f"{path}.nesterov", "nesterov needs momentum > 0")
+def _register_torch_optimizers() -> None:
+    """Every optimizer class of torch.optim, by its lower-case name (the allow-list)."""
+    for attr, cls in sorted(vars(torch.optim).items()):
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer:
+            OPTIMIZERS.add(attr.lower(), cls, description=f"torch.optim.{attr}")
 
 
-def _check_lr_wd(cfg: Any, path: str) -> None:
-    require_positive(cfg.lr, f"{path}.lr")
-    if cfg.weight_decay < 0:
-        raise ConfigError(f"{path}.weight_decay", f"must be >= 0, got {cfg.weight_decay}")
+_register_torch_optimizers()
 
 
-def _adam_like(cls: type[torch.optim.Optimizer]) -> Any:
-    def factory(params: Iterable, lr: float, weight_decay: float, betas: list[float]) -> torch.optim.Optimizer:
-        return cls(params, lr=lr, weight_decay=weight_decay, betas=tuple(betas))
-
-    factory.__doc__ = cls.__doc__
-    return factory
-
-
-OPTIMIZERS.add("adam", _adam_like(torch.optim.Adam), schema=AdamConfig, description="Adam (torch.optim.Adam)")
-OPTIMIZERS.add("adamw", _adam_like(torch.optim.AdamW), schema=AdamConfig,
-               description="AdamW, decoupled weight decay (torch.optim.AdamW)")
-OPTIMIZERS.add("sgd", torch.optim.SGD, schema=SGDConfig, description="SGD with momentum / nesterov (torch.optim.SGD)")
+def resolve_optimizer(name: Any) -> tuple[str, Any]:
+    """(registered name, class) for ``optim.name``; torch's names match in any case."""
+    if isinstance(name, str) and name not in OPTIMIZERS and name.lower() in OPTIMIZERS:
+        name = name.lower()
+    return name, OPTIMIZERS.get(name, path="optim.name")
 
 
-@dataclass
-class NoScheduleConfig:
-    name: str = "none"
+def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[str, Any, dict[str, Any], bool]:
+    """Check ``optim_cfg``; return (name, class, keyword arguments, no_decay_norm_bias)."""
+    # null means "the class's default": conf/optim lists keys as null so optim.lr=... needs no +.
+    options = {k: v for k, v in optim_cfg.items() if v is not None}
+    name, cls = resolve_optimizer(options.pop("name", None))
+    no_decay = options.pop("no_decay_norm_bias", False)
+    if not isinstance(no_decay, bool):
+        raise ConfigError("optim.no_decay_norm_bias", f"got {no_decay!r}", allowed="true or false")
+    check_call(cls, options, "optim", f"optim {name!r}", skip=("params",), verb="has")
+    _check_common(options)
+    defaults = _defaults(cls)
+    # YAML gives lists; torch's tuple-valued options (betas, etas, step_sizes) want tuples.
+    kwargs = {k: tuple(v) if isinstance(defaults.get(k), tuple) and isinstance(v, list) else v
+              for k, v in options.items()}
+    return name, cls, kwargs, no_decay
 
 
-@dataclass
-class OneCycleConfig:
-    name: str = "onecycle"
-    max_lr_factor: float = 10.0
-    pct_start: float = 0.25
+def _check_common(options: Mapping[str, Any]) -> None:
+    # torch checks these too, but its words name no config key.
+    if "lr" in options:
+        require_positive(options["lr"], "optim.lr")
+    if options.get("weight_decay", 0) < 0:
+        raise ConfigError("optim.weight_decay", f"must be >= 0, got {options['weight_decay']}")
+    betas = options.get("betas")
+    if betas is not None and (len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas)):
+        raise ConfigError("optim.betas", f"expected two values in [0, 1), got {list(betas)}")
+    if options.get("momentum", 0) < 0:
+        raise ConfigError("optim.momentum", f"must be >= 0, got {options['momentum']}")
+    if options.get("nesterov") and options.get("momentum", 0) <= 0:
+        raise ConfigError("optim.nesterov", "nesterov needs momentum > 0")
 
-    def check(self, path: str) -> None:
-        require_positive(self.max_lr_factor, f"{path}.max_lr_factor")
-        if not 0.0 < self.pct_start < 1.0:
-            raise ConfigError(f"{path}.pct_start", f"must be in (0, 1), got {self.pct_start}")
+
+def _defaults(cls: Any) -> dict[str, Any]:
+    try:
+        return {p.name: p.default for p in inspect.signature(cls).parameters.values()}
+    except (TypeError, ValueError):
+        return {}
 
 
-@dataclass
-class CosineConfig:
-    name: str = "cosine"
-    min_lr: float = 0.0
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two groups: weights with ``weight_decay``, and norm-layer parameters and biases without it."""
+    no_decay: set[int] = set()
+    for module in model.modules():
+        for pname, param in module.named_parameters(recurse=False):
+            if isinstance(module, _NORM_TYPES) or pname.endswith("bias"):
+                no_decay.add(id(param))
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if id(p) not in no_decay], "weight_decay": weight_decay},
+              {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
 
-    def check(self, path: str) -> None:
-        if self.min_lr < 0:
-            raise ConfigError(f"{path}.min_lr", f"must be >= 0, got {self.min_lr}")
 
+def build_optimizer(params: nn.Module | Iterable, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
+    """The optimizer ``optim_cfg`` names, over a module's parameters (or any iterable of them).
+
+    ``optim.no_decay_norm_bias: true`` (needs a module) exempts norm layers and biases from weight decay.
+    """
+    name, cls, kwargs, no_decay = _optimizer_options(optim_cfg)
+    if no_decay:
+        if not isinstance(params, nn.Module):
+            raise ConfigError("optim.no_decay_norm_bias", "needs the model, not a list of parameters")
+        weight_decay = kwargs.pop("weight_decay", _defaults(cls).get("weight_decay", 0.0))
+        return cls(param_groups(params, weight_decay), **kwargs)
+    if isinstance(params, nn.Module):
+        params = params.parameters()
+    return cls(params, **kwargs)
+
+
+# --- schedules -------------------------------------------------------------------------------
 
 def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, last_step: int = -1) -> None:
     """Constant learning rate."""
     return None
 
 
-def _onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float,
-              pct_start: float, last_step: int = -1) -> torch.optim.lr_scheduler.LRScheduler:
-    """One-cycle: warm up to lr * max_lr_factor, then anneal (OneCycleLR)."""
+def _onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float = 10.0,
+              pct_start: float = 0.25, last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
+    """One-cycle: warm up to lr * max_lr_factor, then anneal (OneCycleLR), every batch."""
+    require_positive(max_lr_factor, "sched.max_lr_factor")
+    if not 0.0 < pct_start < 1.0:
+        raise ConfigError("sched.pct_start", f"must be in (0, 1), got {pct_start}")
     # OneCycleLR divides by zero when the warm-up phase is under two steps (tiny smoke runs):
     # plan at least that many; a run that stops earlier just never finishes the cycle.
     planned = max(total_steps, math.ceil(2 / pct_start) + 1)
-    return torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=lr * max_lr_factor, total_steps=planned, pct_start=pct_start, last_epoch=last_step
-    )
+    return _LR_SCHEDULER.OneCycleLR(optimizer, max_lr=lr * max_lr_factor, total_steps=planned,
+                                    pct_start=pct_start, last_epoch=last_step)
 
 
-def _cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float,
-            min_lr: float, last_step: int = -1) -> torch.optim.lr_scheduler.LRScheduler:
-    """Cosine annealing from optim.lr to min_lr over the run (CosineAnnealingLR)."""
-    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps, eta_min=min_lr,
-                                                      last_epoch=last_step)
+def _cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, min_lr: float = 0.0,
+            last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
+    """Cosine annealing from optim.lr to min_lr over the run (CosineAnnealingLR), every batch."""
+    if min_lr < 0:
+        raise ConfigError("sched.min_lr", f"must be >= 0, got {min_lr}")
+    return _LR_SCHEDULER.CosineAnnealingLR(optimizer, T_max=total_steps, eta_min=min_lr, last_epoch=last_step)
 
 
-SCHEDULERS.add("none", _no_schedule, schema=NoScheduleConfig)
-SCHEDULERS.add("onecycle", _onecycle, schema=OneCycleConfig)
-SCHEDULERS.add("cosine", _cosine, schema=CosineConfig)
+def _warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, warmup_pct: float = 0.05,
+                   min_lr: float = 0.0, last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
+    """Linear warm-up from 0 over warmup_pct of the run, then cosine to min_lr, every batch."""
+    if not 0.0 <= warmup_pct < 1.0:
+        raise ConfigError("sched.warmup_pct", f"must be in [0, 1), got {warmup_pct}")
+    if min_lr < 0:
+        raise ConfigError("sched.min_lr", f"must be >= 0, got {min_lr}")
+    warmup = round(warmup_pct * total_steps)
+    floor = min_lr / lr
+
+    def factor(step: int) -> float:  # closed form, so a resumed run continues from last_step
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min((step - warmup) / max(total_steps - warmup, 1), 1.0)
+        return floor + (1.0 - floor) * (1 + math.cos(math.pi * progress)) / 2
+
+    return _LR_SCHEDULER.LambdaLR(optimizer, factor, last_epoch=last_step)
 
 
-def _checked(registry: Any, cfg: Mapping[str, Any], path: str) -> dict[str, Any]:
-    name = cfg.get("name")
-    registry.get(name, path=f"{path}.name")
-    return dataclasses.asdict(validate(dict(cfg), registry.schema(name), path, f"{path} {name!r}"))
+SCHEDULERS.add("none", _no_schedule)
+SCHEDULERS.add("onecycle", _onecycle)
+SCHEDULERS.add("cosine", _cosine)
+SCHEDULERS.add("warmup_cosine", _warmup_cosine)
+SCHEDULERS.add("step", _LR_SCHEDULER.StepLR, description="lr * gamma every step_size epochs (StepLR)")
+SCHEDULERS.add("multistep", _LR_SCHEDULER.MultiStepLR, description="lr * gamma at each epoch in milestones (MultiStepLR)")
+SCHEDULERS.add("exponential", _LR_SCHEDULER.ExponentialLR, description="lr * gamma every epoch (ExponentialLR)")
+SCHEDULERS.add("plateau", _LR_SCHEDULER.ReduceLROnPlateau,
+               description="lr * factor when sched.monitor stops improving for patience epochs (ReduceLROnPlateau)")
+
+# Planned over the run's total steps: modelforge passes these, and they step every batch.
+_PLANNED_ARGS = ("optimizer", "total_steps", "lr", "last_step")
+# A torch scheduler class gets the optimizer; Lightning restores its position on resume.
+_CLASS_ARGS = ("optimizer", "last_epoch")
+
+
+def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[str, Any, dict[str, Any], dict[str, Any]]:
+    """Check ``sched_cfg``; return (name, factory, its options, Lightning's lr_scheduler settings)."""
+    options = {k: v for k, v in (sched_cfg or {"name": "none"}).items() if v is not None}
+    name = options.pop("name", "none")
+    factory = SCHEDULERS.get(name, path="sched.name")
+    lightning = {k: options.pop(k) for k in LIGHTNING_SCHED_KEYS if k in options}
+    planned = not isinstance(factory, type)
+    check_call(factory, options, "sched", f"sched {name!r}", skip=_PLANNED_ARGS if planned else _CLASS_ARGS,
+               verb="has")
+    interval = lightning.setdefault("interval", "step" if planned else "epoch")
+    if interval not in ("step", "epoch"):
+        raise UnknownNameError("interval", interval, ("step", "epoch"), path="sched.interval")
+    if isinstance(factory, type) and issubclass(factory, _LR_SCHEDULER.ReduceLROnPlateau):
+        monitor = lightning.setdefault("monitor", "val/loss")
+        if monitor not in MONITORABLE:
+            raise UnknownNameError("metric", monitor, MONITORABLE, path="sched.monitor")
+        options.setdefault("mode", "max" if monitor.endswith("acc") else "min")
+    elif "monitor" in lightning:
+        raise ConfigError("sched.monitor", f"only sched=plateau follows a metric, not {name!r}")
+    return name, factory, options, lightning
 
 
 def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None) -> None:
-    """Check both configs before any work starts."""
-    _checked(OPTIMIZERS, optim_cfg, "optim")
-    _checked(SCHEDULERS, sched_cfg or {"name": "none"}, "sched")
-
-
-def build_optimizer(params: Iterable, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    options = _checked(OPTIMIZERS, optim_cfg, "optim")
-    return OPTIMIZERS.get(options.pop("name"))(params, **options)
+    """Check both configs before any work starts, by building them on a throwaway parameter."""
+    _optimizer_options(optim_cfg)
+    _sched_options(sched_cfg)
+    dummy = nn.Linear(2, 2)  # 2-D weights: some optimizers (Muon) take matrices only
+    try:
+        optimizer = build_optimizer(dummy, optim_cfg)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError("optim", f"torch refused these options: {exc}") from None
+    try:
+        build_scheduler(optimizer, sched_cfg, total_steps=100, lr=optimizer.defaults.get("lr", 1e-3))
+    except (ValueError, TypeError, RuntimeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError("sched", f"torch refused these options: {exc}") from None
 
 
 def build_scheduler(
@@ -146,17 +228,33 @@ def build_scheduler(
     total_steps: int,
     lr: float,
     last_step: int = -1,
-) -> torch.optim.lr_scheduler.LRScheduler | None:
-    """The schedule over ``total_steps``; ``last_step`` >= 0 continues one from that step."""
-    options = _checked(SCHEDULERS, sched_cfg or {"name": "none"}, "sched")
-    scheduler = SCHEDULERS.get(options.pop("name"))(optimizer, total_steps=total_steps, lr=lr,
-                                                    last_step=last_step, **options)
+) -> Any:
+    """The schedule; a planned one spans ``total_steps`` and ``last_step`` >= 0 continues it from there."""
+    _, factory, options, _ = _sched_options(sched_cfg)
+    if isinstance(factory, type):
+        return factory(optimizer, **options)
+    scheduler = factory(optimizer, total_steps=total_steps, lr=lr, last_step=last_step, **options)
     if scheduler is not None:
         # Saved with the scheduler's state, so a resumed run can tell it was planned for another length.
         scheduler.planned_steps = total_steps
     return scheduler
 
 
-def schedule_length(scheduler: torch.optim.lr_scheduler.LRScheduler) -> int | None:
+def lr_scheduler_config(scheduler: Any, sched_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Lightning's lr_scheduler dict: the scheduler with its interval (and monitor, for plateau)."""
+    return {"scheduler": scheduler, **_sched_options(sched_cfg)[3]}
+
+
+def configure_optimizers(model: nn.Module, optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None,
+                         total_steps: int) -> Any:
+    """What ``LightningModule.configure_optimizers`` returns for these configs."""
+    optimizer = build_optimizer(model, optim_cfg)
+    scheduler = build_scheduler(optimizer, sched_cfg, total_steps, optimizer.defaults["lr"])
+    if scheduler is None:
+        return optimizer
+    return {"optimizer": optimizer, "lr_scheduler": lr_scheduler_config(scheduler, sched_cfg)}
+
+
+def schedule_length(scheduler: Any) -> int | None:
     """The number of steps a schedule built by :func:`build_scheduler` was planned for."""
     return getattr(scheduler, "planned_steps", None)

@@ -144,9 +144,13 @@ INITIALIZERS: Registry = Registry("initializers", "Weight initializers applied w
 HOOKS: Registry = Registry("hooks", "Hook plugins that look inside a running model")
 OPTIMIZERS: Registry = Registry("optimizers", "Optimizers, selected by optim.name")
 SCHEDULERS: Registry = Registry("schedulers", "Learning-rate schedules, selected by sched.name")
+DATAMODULES: Registry = Registry("datamodules", "LightningDataModules, selected by data=<name> (data.name)")
+CALLBACKS: Registry = Registry("callbacks", "Lightning callbacks, several at once: callbacks=[a,b]")
+LOGGERS: Registry = Registry("loggers", "Lightning loggers, several at once: logger=[csv,tensorboard]")
 
 REGISTRIES: dict[str, Registry] = {
-    r.name: r for r in (ACTIVATIONS, BLOCKS, MODELS, INITIALIZERS, HOOKS, OPTIMIZERS, SCHEDULERS)
+    r.name: r for r in (ACTIVATIONS, BLOCKS, MODELS, INITIALIZERS, HOOKS, OPTIMIZERS, SCHEDULERS,
+                        DATAMODULES, CALLBACKS, LOGGERS)
 }
 
 _plugins_loaded = False

@@ -64,3 +64,33 @@ def write_mnist_idx(directory: str | Path, n_train: int = 64, n_test: int = 32, 
         write_idx(directory / (spec.name + (".gz" if gz else "")), data)
         table.append(MnistFile(spec.name, spec.split, spec.kind, len(data), hashlib.md5(data).hexdigest()))
     return tuple(table)
+
+
+def write_idx_set(directory: str | Path, n_train: int = 48, n_test: int = 24, *, n_classes: int = 5,
+                  size: tuple[int, int] = (20, 20), seed: int = 7) -> tuple[MnistFile, ...]:
+    """A second data set with other contents: ``size`` images, ``n_classes`` classes, the standard names.
+
+    Class k is a bright horizontal bar in band k over a dark background (not MNIST's squares),
+    raw (not gzipped) files. Returns its file table (sizes, md5s), as :func:`write_mnist_idx`.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    h, w = size
+    band = h // n_classes
+    table = []
+    contents = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        labels = torch.randint(0, n_classes, (n,), generator=g)
+        labels[:n_classes] = torch.arange(n_classes)  # every class present
+        images = torch.randint(0, 30, (n, h, w), generator=g, dtype=torch.uint8)
+        for i, k in enumerate(labels.tolist()):
+            images[i, k * band:(k + 1) * band - 1, 2:w - 2] = 200
+        contents[split, "images"] = idx_bytes(images, 2051)
+        contents[split, "labels"] = idx_bytes(labels, 2049)
+    for spec in MNIST_FILES:
+        data = contents[spec.split, spec.kind]
+        write_idx(directory / spec.name, data)
+        table.append(MnistFile(spec.name, spec.split, spec.kind, len(data), hashlib.md5(data).hexdigest(),
+                               "other", "Other"))
+    return tuple(table)

@@ -19,8 +19,12 @@ def _params() -> list[nn.Parameter]:
 @pytest.mark.parametrize(("cfg", "cls", "expected"), [
     ({"name": "adam", "lr": 0.01, "weight_decay": 0.1}, torch.optim.Adam,
      {"lr": 0.01, "weight_decay": 0.1, "betas": (0.9, 0.999)}),
+    # AdamW's weight_decay is torch's own default (1e-2): the class signature is the one source.
     ({"name": "adamw", "lr": 0.002, "betas": [0.8, 0.99]}, torch.optim.AdamW,
-     {"lr": 0.002, "weight_decay": 0.0, "betas": (0.8, 0.99)}),
+     {"lr": 0.002, "weight_decay": 0.01, "betas": (0.8, 0.99)}),
+    ({"name": "RMSprop", "alpha": 0.9}, torch.optim.RMSprop, {"lr": 0.01, "alpha": 0.9, "momentum": 0}),
+    ({"name": "rmsprop"}, torch.optim.RMSprop, {"lr": 0.01}),
+    ({"name": "nadam", "lr": 0.01}, torch.optim.NAdam, {"lr": 0.01, "momentum_decay": 0.004}),
     ({"name": "sgd", "lr": 0.1, "momentum": 0.5, "nesterov": True}, torch.optim.SGD,
      {"lr": 0.1, "momentum": 0.5, "nesterov": True, "weight_decay": 0.0}),
 ])
@@ -37,6 +41,16 @@ def test_optimizer_class_and_settings(cfg: dict, cls: type, expected: dict) -> N
     ({"name": "adam", "betas": [0.9, 1.0]}, None, r"optim.betas: expected two values in \[0, 1\)"),
     ({"name": "adam"}, {"name": "onecycle", "pct_start": 1.0}, r"sched.pct_start: must be in \(0, 1\), got 1.0"),
     ({"name": "adam"}, {"name": "cosine", "min_lr": -0.1}, r"sched.min_lr: must be >= 0, got -0.1"),
+    ({"name": "adamm"}, None, r"(?s)optim.name: unknown optimizer 'adamm'.*did you mean 'adam'.*rmsprop"),
+    ({"name": "adam", "lr": "abc"}, None, r"optim.lr: optim 'adam' expects a number \(default 0.001\), got 'abc'"),
+    ({"name": "adam", "amsgrd": True}, None, r"(?s)optim.amsgrd: optim 'adam' has no option 'amsgrd'.*did you mean 'amsgrad'"),
+    ({"name": "rprop", "etas": [0.5, 1.2, 3]}, None, r"optim.etas: optim 'rprop' expects a list of 2"),
+    ({"name": "adam"}, {"name": "step"}, r"sched.step_size: missing: sched 'step' needs a value for 'step_size'"),
+    ({"name": "adam"}, {"name": "step", "step_size": 1, "gama": 0.5}, r"(?s)sched.gama: .*did you mean 'gamma'"),
+    ({"name": "adam"}, {"name": "plateau", "monitor": "val/nope"}, r"(?s)sched.monitor: unknown metric 'val/nope'.*val/loss"),
+    ({"name": "adam"}, {"name": "cosine", "monitor": "val/loss"}, r"sched.monitor: only sched=plateau follows a metric"),
+    ({"name": "adam"}, {"name": "exponential", "gamma": 0.5, "interval": "batch"}, r"(?s)sched.interval: unknown interval 'batch'"),
+    ({"name": "adam"}, {"name": "warmup_cosine", "warmup_pct": 1.5}, r"sched.warmup_pct: must be in \[0, 1\), got 1.5"),
 ])
 def test_bad_settings_name_their_key(optim: dict, sched: dict | None, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -81,3 +95,57 @@ def test_a_schedule_continued_from_a_step_matches_the_uninterrupted_one() -> Non
     cfg = {"name": "cosine", "min_lr": 0.0}
     uninterrupted = _lrs(cfg, 40)
     assert _lrs(cfg, 40, last_step=9, restored_lr=uninterrupted[10]) == pytest.approx(uninterrupted[10:])
+
+
+def test_every_torch_optimizer_is_registered_and_builds() -> None:
+    from modelforge.registry import OPTIMIZERS
+
+    classes = {name: cls for name, cls in vars(torch.optim).items()
+               if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer}
+    assert {"adam", "adamw", "sgd", "rmsprop", "adagrad", "lbfgs"} <= set(OPTIMIZERS.names())
+    for attr, cls in classes.items():
+        assert OPTIMIZERS.get(attr.lower()) is cls
+    assert type(build_optimizer(nn.Linear(2, 2), {"name": "Adagrad"})) is torch.optim.Adagrad
+
+
+def test_no_decay_norm_bias_puts_norms_and_biases_in_a_group_without_weight_decay() -> None:
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4, 2), nn.LayerNorm(2))
+    optimizer = build_optimizer(model, {"name": "adamw", "weight_decay": 0.05, "no_decay_norm_bias": True})
+    decayed, plain = optimizer.param_groups
+    assert decayed["weight_decay"] == 0.05 and plain["weight_decay"] == 0.0
+    assert {id(p) for p in decayed["params"]} == {id(model[0].weight), id(model[3].weight)}
+    assert len(plain["params"]) == 6  # conv bias, bn weight+bias, linear bias, layernorm weight+bias
+    single = build_optimizer(model, {"name": "adamw", "weight_decay": 0.05})
+    assert len(single.param_groups) == 1 and single.param_groups[0]["weight_decay"] == 0.05
+
+
+@pytest.mark.parametrize(("cfg", "expected"), [
+    ({"name": "step", "step_size": 2, "gamma": 0.5}, [0.1, 0.1, 0.05, 0.05, 0.025]),
+    ({"name": "multistep", "milestones": [1, 3]}, [0.1, 0.01, 0.01, 0.001, 0.001]),
+    ({"name": "exponential", "gamma": 0.5}, [0.1, 0.05, 0.025, 0.0125, 0.00625]),
+])
+def test_epoch_schedules_follow_torch(cfg: dict, expected: list[float]) -> None:
+    assert _lrs(cfg, 5) == pytest.approx(expected)
+    from modelforge.optim import lr_scheduler_config
+
+    assert lr_scheduler_config(None, cfg)["interval"] == "epoch"
+
+
+def test_warmup_cosine_ramps_up_linearly_then_anneals_to_min_lr() -> None:
+    lrs = _lrs({"name": "warmup_cosine", "warmup_pct": 0.1, "min_lr": 0.01}, 100)
+    assert lrs[:3] == pytest.approx([0.01, 0.02, 0.03]) and lrs[9] == pytest.approx(0.1)
+    assert lrs[10] == pytest.approx(0.1) and lrs[-1] == pytest.approx(0.01, abs=1e-4)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+
+
+def test_plateau_follows_its_monitor_with_the_mode_of_the_metric() -> None:
+    from modelforge.optim import configure_optimizers
+
+    model = nn.Linear(3, 2)
+    for monitor, mode in (("val/loss", "min"), ("val/acc", "max")):
+        out = configure_optimizers(model, {"name": "sgd", "lr": 0.1}, {"name": "plateau", "monitor": monitor}, 10)
+        config = out["lr_scheduler"]
+        assert isinstance(config["scheduler"], torch.optim.lr_scheduler.ReduceLROnPlateau)
+        assert config["monitor"] == monitor and config["interval"] == "epoch" and config["scheduler"].mode == mode
+    onecycle = configure_optimizers(model, {"name": "adam"}, {"name": "onecycle"}, 10)["lr_scheduler"]
+    assert onecycle["interval"] == "step" and "monitor" not in onecycle

@@ -24,8 +24,11 @@ EXPECTED = {
     "initializers": {"default", "kaiming_normal", "kaiming_uniform", "xavier_normal", "xavier_uniform",
                      "normal", "orthogonal", "constant"},
     "hooks": {"verbose", "grad_clip", "feature_capture", "grad_monitor"},
-    "optimizers": {"adam", "adamw", "sgd"},
-    "schedulers": {"none", "onecycle", "cosine"},
+    "optimizers": {"adam", "adamw", "sgd", "rmsprop", "nadam", "adagrad", "lbfgs"},
+    "schedulers": {"none", "onecycle", "cosine", "warmup_cosine", "step", "multistep", "exponential", "plateau"},
+    "datamodules": {"mnist", "fashion_mnist", "idx"},
+    "callbacks": {"early_stopping", "lr_monitor", "rich_progress_bar", "model_summary", "swa", "timer"},
+    "loggers": {"csv", "tensorboard", "mlflow"},
 }
 
 

@@ -1,4 +1,4 @@
-"""MNIST as a LightningDataModule that serves whole batches sliced from one uint8 tensor.
+"""MNIST-format data sets as a LightningDataModule that serves whole batches sliced from one uint8 tensor.
 
 Each split stays one uint8 tensor, moved once to the training device in ``setup``; a batch is
 one indexing op, then float conversion, optional shift augmentation and normalization on the
@@ -17,11 +17,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from modelforge.data.mnist_files import DOWNLOAD_TIMEOUT_S, MIRRORS, MNIST_FILES, MnistFile, load_mnist
-from modelforge.errors import ConfigError
+from modelforge.data.datasets import KNOWN_DATASETS, MNIST, IdxDataset
+from modelforge.data.mnist_files import DOWNLOAD_TIMEOUT_S, MNIST_FILES, MnistFile, load_mnist
+from modelforge.errors import ConfigError, UnknownNameError
 
-MNIST_MEAN = 0.1307
-MNIST_STD = 0.3081
+MNIST_MEAN = MNIST.mean
+MNIST_STD = MNIST.std
 
 # A batch here is one tensor slice, so Lightning's advice to add DataLoader workers is noise.
 warnings.filterwarnings("ignore", message=r".*does not have many workers which may be a bottleneck")
@@ -52,11 +53,14 @@ class MnistBatches(Dataset):
     indexing op; any sampler works, including the DistributedSampler Lightning injects.
     """
 
-    def __init__(self, images: Tensor, labels: Tensor, *, augment_shift: int = 0, normalize: bool = True) -> None:
+    def __init__(self, images: Tensor, labels: Tensor, *, augment_shift: int = 0, normalize: bool = True,
+                 mean: float = MNIST_MEAN, std: float = MNIST_STD) -> None:
         self.images = images
         self.labels = labels
         self.augment_shift = augment_shift
         self.normalize = normalize
+        self.mean = mean
+        self.std = std
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -66,7 +70,7 @@ class MnistBatches(Dataset):
         images = random_shift(self.images[index], self.augment_shift)
         x = images.unsqueeze(1).float().div_(255.0)
         if self.normalize:
-            x = x.sub_(MNIST_MEAN).div_(MNIST_STD)
+            x = x.sub_(self.mean).div_(self.std)
         return x, self.labels[index]
 
     def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
@@ -84,33 +88,36 @@ def _batch_as_is(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
     return batch
 
 
-class MNISTDataModule(pl.LightningDataModule):
-    """MNIST train/val/test with a seeded train/val split.
+class IdxDataModule(pl.LightningDataModule):
+    """MNIST, Fashion-MNIST or any folder of four IDX files: train/val/test with a seeded split.
 
-    Batches are ``(images float32 [B, 1, 28, 28], labels int64 [B])``.
+    Batches are ``(images float32 [B, 1, H, W], labels int64 [B])``.
 
     Args:
-        data_dir: folder with the four IDX files (.gz or raw); None: ``$MODELFORGE_DATA``,
-            else ``~/.cache/modelforge/mnist`` (see :func:`resolve_data_dir`).
+        dataset: a known data set (``mnist``, ``fashion_mnist``: file checks, mirrors, stats),
+            or None for any folder of the four IDX files with the standard names (no checksums,
+            no download; stats computed from the training images unless given).
+        data_dir: folder with the four IDX files (.gz or raw); None: ``$MODELFORGE_DATA`` for
+            MNIST, else ``~/.cache/modelforge/<dataset>`` (see :func:`resolve_data_dir`).
         batch_size: training batch size; ``eval_batch_size`` (default: the same) for val/test.
         val_size: images held out of the 60,000 training images: a count, or a fraction in (0, 1).
         seed: seeds the train/val split only; shuffling and augmentation follow the global seed.
         num_workers: DataLoader workers; only used while the data sits on the CPU, since a batch
             is a single slice and workers cannot share a GPU tensor.
         augment_shift: largest random shift in pixels applied to training batches; 0 turns it off.
-        normalize: subtract the MNIST mean and divide by its std after scaling to [0, 1].
-        download: fetch missing files from ``mirrors`` (default: the public MNIST mirrors),
+        normalize: subtract ``mean`` and divide by ``std`` after scaling to [0, 1].
+        mean, std: normalization stats; None: the data set's known ones (computed for ``idx``).
+        n_classes: None: the data set's (for ``idx``: the largest training label + 1).
+        download: fetch missing files from ``mirrors`` (default: the data set's public mirrors),
             waiting at most ``timeout`` seconds for each connection.
         verify: check each file's size and md5 against the known ones (header checks always run).
         files: the file table (names, sizes, md5s) to check against; for tests with small files.
     """
 
-    input_shape = (1, 28, 28)
-    n_classes = 10
-
     def __init__(
         self,
         data_dir: str | Path | None = None,
+        dataset: str | None = "mnist",
         batch_size: int = 128,
         eval_batch_size: int | None = None,
         val_size: int | float = 5000,
@@ -118,6 +125,9 @@ class MNISTDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         augment_shift: int = 0,
         normalize: bool = True,
+        mean: float | None = None,
+        std: float | None = None,
+        n_classes: int | None = None,
         download: bool = True,
         verify: bool = True,
         mirrors: Sequence[str] | None = None,
@@ -132,6 +142,20 @@ class MNISTDataModule(pl.LightningDataModule):
         _check_int("augment_shift", augment_shift, low=0, high=27)
         _check_val_size(val_size)
         _check_mirrors(mirrors)
+        if dataset is not None and dataset not in KNOWN_DATASETS:
+            raise UnknownNameError("IDX data set", dataset, KNOWN_DATASETS, path="data.dataset")
+        if n_classes is not None:
+            _check_int("n_classes", n_classes, low=2)
+        for key, value in (("mean", mean), ("std", std)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ConfigError(f"data.{key}", f"got {value!r}", allowed="a number or null (the data set's)")
+        if std is not None and std <= 0:
+            raise ConfigError("data.std", f"got {std}", allowed="a number > 0")
+        if dataset is None and data_dir in (None, ""):
+            raise ConfigError("data.data_dir", "missing: the folder that holds the four IDX files",
+                              hint="data=idx data.data_dir=/path/to/folder (train-images-idx3-ubyte[.gz], ...)")
+        self.spec: IdxDataset | None = KNOWN_DATASETS[dataset] if dataset is not None else None
+        self.name = dataset or "idx"
         self.data_dir = data_dir
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -140,15 +164,50 @@ class MNISTDataModule(pl.LightningDataModule):
         self.num_workers = num_workers
         self.augment_shift = augment_shift
         self.normalize = normalize
-        self.download = download
-        self.verify = verify
+        self.mean, self.std, self._n_classes = mean, std, n_classes
+        # A folder of unknown IDX files has nothing to check against and nowhere to fetch from.
+        self.download = download and self.spec is not None
+        self.verify = verify and self.spec is not None
         # Hydra hands over ListConfig; a plain tuple keeps the module picklable and printable.
-        self.mirrors = tuple(str(m) for m in mirrors) if mirrors is not None else MIRRORS
-        self.files = tuple(files) if files is not None else MNIST_FILES
+        default_mirrors = self.spec.mirrors if self.spec is not None else ()
+        self.mirrors = tuple(str(m) for m in mirrors) if mirrors is not None else default_mirrors
+        default_files = self.spec.files if self.spec is not None else MNIST_FILES
+        self.files = tuple(files) if files is not None else default_files
         self.timeout = timeout
         self.train_set: MnistBatches | None = None
         self.val_set: MnistBatches | None = None
         self.test_set: MnistBatches | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of one image, as the model must take it."""
+        if self.spec is not None:
+            return (1, *self.spec.image_size)
+        return (1, *self._load()["train"][0].shape[1:])
+
+    @property
+    def n_classes(self) -> int:
+        if self._n_classes is not None:
+            return self._n_classes
+        if self.spec is not None:
+            return self.spec.n_classes
+        return int(self._load()["train"][1].max()) + 1
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return self.spec.classes if self.spec is not None else tuple(str(k) for k in range(self.n_classes))
+
+    def normalization(self) -> tuple[float, float]:
+        """(mean, std): given, else the data set's, else computed from the training images."""
+        if self.mean is not None and self.std is not None:
+            return float(self.mean), float(self.std)
+        if self.spec is not None:
+            known = (self.spec.mean, self.spec.std)
+        else:
+            pixels = self._load()["train"][0].float().div_(255.0)
+            known = (float(pixels.mean()), float(pixels.std()))
+        return (float(self.mean) if self.mean is not None else known[0],
+                float(self.std) if self.std is not None else known[1])
 
     def check(self) -> dict[str, int]:
         """Download what is missing and run every file check now; returns the split sizes.
@@ -171,10 +230,12 @@ class MNISTDataModule(pl.LightningDataModule):
             n_val = self._val_count(len(labels))
             order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.seed))
             val_idx, train_idx = order[:n_val], order[n_val:]
+            mean, std = self.normalization() if self.normalize else (0.0, 1.0)
+            common = dict(normalize=self.normalize, mean=mean, std=std)
             self.train_set = MnistBatches(images[train_idx], labels[train_idx],
-                                          augment_shift=self.augment_shift, normalize=self.normalize)
-            self.val_set = MnistBatches(images[val_idx], labels[val_idx], normalize=self.normalize)
-            self.test_set = MnistBatches(*splits["test"], normalize=self.normalize)
+                                          augment_shift=self.augment_shift, **common)
+            self.val_set = MnistBatches(images[val_idx], labels[val_idx], **common)
+            self.test_set = MnistBatches(*splits["test"], **common)
         # Each DDP rank moves the data to its own device; 55 MB of uint8 fits any GPU.
         device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         for dataset in (self.train_set, self.val_set, self.test_set):
@@ -195,8 +256,11 @@ class MNISTDataModule(pl.LightningDataModule):
                           collate_fn=_batch_as_is, persistent_workers=workers > 0)
 
     def _load(self) -> dict[str, tuple[Tensor, Tensor]]:
+        # Decoded once per process (see mnist_files._decode): prepare_data, setup and test share it.
         return load_mnist(self.data_dir, download=self.download, verify=self.verify,
-                          mirrors=self.mirrors, files=self.files, timeout=self.timeout)
+                          mirrors=self.mirrors, files=self.files, timeout=self.timeout,
+                          image_size=self.spec.image_size if self.spec is not None else None,
+                          n_classes=self._n_classes or (self.spec.n_classes if self.spec is not None else None))
 
     def _val_count(self, n_train: int) -> int:
         count = round(self.val_size * n_train) if isinstance(self.val_size, float) else self.val_size
@@ -209,8 +273,12 @@ class MNISTDataModule(pl.LightningDataModule):
     @staticmethod
     def _ready(dataset: MnistBatches | None) -> MnistBatches:
         if dataset is None:
-            raise RuntimeError("MNISTDataModule.setup() must run before asking for a dataloader")
+            raise RuntimeError("IdxDataModule.setup() must run before asking for a dataloader")
         return dataset
+
+
+# The name modelforge has always exported; MNIST is the default data set.
+MNISTDataModule = IdxDataModule
 
 
 def _check_int(name: str, value: object, *, low: int, high: int | None = None) -> None:

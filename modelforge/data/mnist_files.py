@@ -31,6 +31,8 @@ class MnistFile:
     kind: str  # "images" or "labels"
     size: int  # bytes once uncompressed
     md5: str  # of the uncompressed bytes, so .gz and raw copies check alike
+    dataset: str = "mnist"  # the data option it belongs to (data=<dataset>)
+    title: str = "MNIST"  # the data set's name in messages
 
     @property
     def magic(self) -> int:
@@ -51,27 +53,39 @@ MIRRORS: tuple[str, ...] = (
 )
 DOWNLOAD_TIMEOUT_S = 30.0
 _MAX_DOWNLOAD_BYTES = 64 << 20  # the largest MNIST .gz is 9.9 MB; more is not MNIST
-_HINT = ("put the four files (.gz or uncompressed) there, or point data.data_dir=/path/to/mnist "
+_HINT = ("put the four files (.gz or uncompressed) there, or point data.data_dir=/path/to/them "
          "(or the MODELFORGE_DATA environment variable) at a folder that holds them")
 
-# md5 of 47 MB costs ~70 ms: once per process per file version is enough.
-_md5_cache: dict[tuple[str, int, int], str] = {}
+
+@dataclass(frozen=True)
+class _Decoded:
+    """One file read, gunzipped, hashed and decoded: what a process keeps of it."""
+
+    tensor: torch.Tensor | None
+    nbytes: int  # uncompressed
+    md5: str
+    error: DataError | None  # a bad header, raised after the size and md5 checks
 
 
-def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    """The folder that holds (or will hold) MNIST, as an absolute path.
+# Every file is read, gunzipped, hashed and decoded once per process and per file version
+# (path, mtime, size): prepare_data, setup and test all ask for it, as may a second run.
+_decoded_cache: dict[tuple[str, int, int, int], _Decoded] = {}
 
-    ``data_dir`` when given, else ``$MODELFORGE_DATA``, else a per-user cache folder
-    (``$XDG_CACHE_HOME/modelforge/mnist``, default ``~/.cache/modelforge/mnist``): never
-    the run's working directory, so runs share one copy.
+
+def resolve_data_dir(data_dir: str | Path | None = None, name: str = "mnist") -> Path:
+    """The folder that holds (or will hold) the data set ``name``, as an absolute path.
+
+    ``data_dir`` when given, else (MNIST only) ``$MODELFORGE_DATA``, else a per-user cache
+    folder (``$XDG_CACHE_HOME/modelforge/<name>``, default ``~/.cache/modelforge/<name>``):
+    never the run's working directory, so runs share one copy.
     """
-    if data_dir is None or str(data_dir) == "":
+    if (data_dir is None or str(data_dir) == "") and name == "mnist":
         data_dir = os.environ.get("MODELFORGE_DATA") or None
-    if data_dir is None:
+    if data_dir is None or str(data_dir) == "":
         cache = os.environ.get("XDG_CACHE_HOME", "")
         # The XDG spec says relative values are invalid and must be ignored.
         base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
-        return base / "modelforge" / "mnist"
+        return base / "modelforge" / name
     return Path(data_dir).expanduser().absolute()
 
 
@@ -87,19 +101,45 @@ def read_checked(path: Path, spec: MnistFile, *, verify: bool = True) -> torch.T
     """Read ``path`` as ``spec`` and return its uint8 tensor.
 
     The IDX header and length always get checked; ``verify`` adds the known size and md5.
+    A file that is another known data set's says which one, and how to use it.
     """
-    data = read_idx_bytes(path)
-    if verify and len(data) != spec.size:
-        what = "truncated" if len(data) < spec.size else "too long"
-        raise DataError(f"{path}: {what}: expected {spec.size} bytes (uncompressed), found {len(data)}; "
-                        "delete it so that it can be fetched again")
-    tensor = parse_idx(data, magic=spec.magic, where=str(path))
-    if verify:
-        digest = _md5(path, data)
-        if digest != spec.md5:
-            raise DataError(f"{path}: checksum mismatch: md5 of the uncompressed bytes is {digest}, "
-                            f"expected {spec.md5}; the file is damaged or not the original MNIST")
-    return tensor
+    decoded = _decode(path, spec.magic)
+    if verify and decoded.nbytes != spec.size:
+        what = "truncated" if decoded.nbytes < spec.size else "too long"
+        raise DataError(f"{path}: {what}: expected {spec.size} bytes (uncompressed), found {decoded.nbytes}; "
+                        "delete it so that it can be fetched again" + _identify_hint(decoded.md5, spec))
+    if decoded.error is not None:
+        raise decoded.error
+    if verify and decoded.md5 != spec.md5:
+        raise DataError(f"{path}: checksum mismatch: md5 of the uncompressed bytes is {decoded.md5}, "
+                        f"expected {spec.md5}; the file is damaged or not the original {spec.title}"
+                        + _identify_hint(decoded.md5, spec))
+    return decoded.tensor
+
+
+def _identify_hint(digest: str, spec: MnistFile) -> str:
+    from modelforge.data.datasets import identify
+
+    known = identify(digest)
+    if known is not None and known.name != spec.dataset:
+        return f"\n  this is {known.title}: use data={known.name}"
+    return ("\n  hint: for a data set of your own in IDX format (checksums off, stats computed), use "
+            "data=idx data.data_dir=DIR; data.verify=false skips the checks for this one")
+
+
+def _decode(path: Path, magic: int) -> _Decoded:
+    """Read, gunzip, hash and decode ``path`` once per process and file version."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, magic)
+    if key not in _decoded_cache:
+        data = read_idx_bytes(path)
+        tensor, error = None, None
+        try:
+            tensor = parse_idx(data, magic=magic, where=str(path))
+        except DataError as exc:
+            error = exc
+        _decoded_cache[key] = _Decoded(tensor, len(data), hashlib.md5(data).hexdigest(), error)
+    return _decoded_cache[key]
 
 
 def ensure_files(
@@ -116,17 +156,17 @@ def ensure_files(
     Raises:
         DataError: once, listing every file still missing, the mirrors tried and why they failed.
     """
-    root = resolve_data_dir(data_dir)
+    root = resolve_data_dir(data_dir, files[0].dataset if files else "mnist")
     found = {spec.name: find_file(root, spec) for spec in files}
     missing = [spec for spec in files if found[spec.name] is None]
     failures: dict[str, list[str]] = {m: [] for m in mirrors}
     if missing and download:
-        _make_writable_dir(root, [spec.name for spec in missing])
+        _make_writable_dir(root, [spec.name for spec in missing], _title(files))
         for spec in missing:
             found[spec.name] = _download(spec, root, mirrors, failures, verify=verify, timeout=timeout)
     still_missing = [spec.name for spec in files if found[spec.name] is None]
     if still_missing:
-        raise DataError(_missing_message(root, still_missing, failures, download))
+        raise DataError(_missing_message(root, still_missing, failures, download, _title(files)))
     return {name: path for name, path in found.items() if path is not None}
 
 
@@ -138,11 +178,14 @@ def load_mnist(
     mirrors: Sequence[str] = MIRRORS,
     files: Sequence[MnistFile] = MNIST_FILES,
     timeout: float = DOWNLOAD_TIMEOUT_S,
+    image_size: tuple[int, int] | None = (28, 28),
+    n_classes: int | None = 10,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Fetch if needed, check and read MNIST.
+    """Fetch if needed, check and read MNIST (or another set of four IDX files: ``files``).
 
-    Returns ``{"train" | "test": (images uint8 [N, 28, 28], labels int64 [N])}``; the
-    arguments are those of :func:`ensure_files`.
+    Returns ``{"train" | "test": (images uint8 [N, H, W], labels int64 [N])}``; the other
+    arguments are those of :func:`ensure_files`. ``image_size`` and ``n_classes`` (labels in
+    ``0..n_classes-1``) are checked unless None.
     """
     paths = ensure_files(data_dir, download=download, verify=verify, mirrors=mirrors, files=files,
                          timeout=timeout)
@@ -152,20 +195,25 @@ def load_mnist(
         images_spec, labels_spec = (_pick(files, split, kind) for kind in ("images", "labels"))
         images, labels = arrays[images_spec.name], arrays[labels_spec.name]
         where_images, where_labels = paths[images_spec.name], paths[labels_spec.name]
-        if tuple(images.shape[1:]) != (28, 28):
-            raise DataError(f"{where_images}: images are {list(images.shape[1:])} pixels, expected 28x28")
+        if image_size is not None and tuple(images.shape[1:]) != tuple(image_size):
+            raise DataError(f"{where_images}: images are {list(images.shape[1:])} pixels, "
+                            f"expected {image_size[0]}x{image_size[1]}")
         if len(images) != len(labels):
             raise DataError(f"{where_images} holds {len(images)} images but {where_labels} "
                             f"holds {len(labels)} labels; they must match")
-        if len(labels) and int(labels.max()) > 9:
-            raise DataError(f"{where_labels}: labels must be digits 0..9, found {int(labels.max())}")
+        if n_classes is not None and len(labels) and int(labels.max()) >= n_classes:
+            raise DataError(f"{where_labels}: labels must be in 0..{n_classes - 1}, found {int(labels.max())}")
         splits[split] = (images, labels.long())
     return splits
 
 
-def _make_writable_dir(root: Path, missing: list[str]) -> None:
+def _title(files: Sequence[MnistFile]) -> str:
+    return files[0].title if files else "MNIST"
+
+
+def _make_writable_dir(root: Path, missing: list[str], title: str = "MNIST") -> None:
     """Downloads land in ``root``: make sure they can, before trying any mirror."""
-    what = f"MNIST files missing from data_dir {root}: {', '.join(missing)}"
+    what = f"{title} files missing from data_dir {root}: {', '.join(missing)}"
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -180,14 +228,6 @@ def _pick(files: Sequence[MnistFile], split: str, kind: str) -> MnistFile:
         if spec.split == split and spec.kind == kind:
             return spec
     raise ValueError(f"the file table has no {split} {kind}")
-
-
-def _md5(path: Path, data: bytes) -> str:
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-    if key not in _md5_cache:
-        _md5_cache[key] = hashlib.md5(data).hexdigest()
-    return _md5_cache[key]
 
 
 def _download(spec: MnistFile, root: Path, mirrors: Sequence[str], failures: dict[str, list[str]],
@@ -242,8 +282,9 @@ def _reason(error: Exception, spec: MnistFile, timeout: float) -> str:
     return f"{spec.name}.gz: {error}"
 
 
-def _missing_message(root: Path, missing: list[str], failures: dict[str, list[str]], download: bool) -> str:
-    lines = [f"MNIST files missing from data_dir {root}: " + ", ".join(missing) + " (.gz or uncompressed)"]
+def _missing_message(root: Path, missing: list[str], failures: dict[str, list[str]], download: bool,
+                     title: str = "MNIST") -> str:
+    lines = [f"{title} files missing from data_dir {root}: " + ", ".join(missing) + " (.gz or uncompressed)"]
     if not download:
         lines.append("  downloading is off (data.download=false)")
     elif not failures:

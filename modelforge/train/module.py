@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from modelforge.optim import build_optimizer, build_scheduler, schedule_length
+from modelforge.optim import build_scheduler, configure_optimizers, schedule_length
 
 STAGES = ("train", "val", "test")
 
@@ -62,7 +62,8 @@ class ClassifierModule(pl.LightningModule):
         for sched_config in self.trainer.lr_scheduler_configs:
             if schedule_length(sched_config.scheduler) not in (None, total):
                 sched_config.scheduler = build_scheduler(
-                    sched_config.scheduler.optimizer, config.get("sched"), total, config["optim"]["lr"],
+                    sched_config.scheduler.optimizer, config.get("sched"), total,
+                    sched_config.scheduler.optimizer.defaults["lr"],
                     last_step=self.global_step - 1,
                 )
 
@@ -95,10 +96,6 @@ class ClassifierModule(pl.LightningModule):
         self._step(batch, "test")
 
     def configure_optimizers(self) -> Any:
-        optim_cfg = self.hparams.config["optim"]
-        optimizer = build_optimizer(self.model.parameters(), optim_cfg)
+        config = self.hparams.config
         total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
-        scheduler = build_scheduler(optimizer, self.hparams.config.get("sched"), total_steps, optim_cfg["lr"])
-        if scheduler is None:
-            return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return configure_optimizers(self.model, config["optim"], config.get("sched"), total_steps)

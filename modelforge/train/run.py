@@ -19,10 +19,13 @@ from omegaconf import DictConfig
 
 from modelforge.build import build_model, model_config_from_run, validate_model_config
 from modelforge.config import load_config
+from modelforge.data.build import describe_data
+from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.optim import validate_optim
 from modelforge.run_dir import check_run_dir_is_new
+from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.interrupted import INTERRUPTED_CKPT
@@ -56,10 +59,12 @@ def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
     plain["model"] = model_config_from_run(plain)
     for key in ("enc_sizes", "dec_sizes", "activation"):
         plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
+    datamodule = build_datamodule(plain.get("data") or {})
+    # The model's input shape and class count follow the data unless set (and then must agree).
+    plain["model"] = fill_model_shapes(plain["model"], datamodule, explicit_model_keys(hydra_overrides()))
     validate_model_config(plain["model"])
     validate_optim(plain.get("optim") or {}, plain.get("sched"))
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
-    datamodule = build_datamodule(plain.get("data") or {})
     ckpt = load_checkpoint(plain["ckpt_path"]) if plain.get("ckpt_path") else None
     model = build_model(plain["model"], seed=plain.get("seed"))
     module = ClassifierModule(
@@ -100,6 +105,7 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         "params": sum(p.numel() for p in module.model.parameters()),
         "monitor": monitor,
         "run_dir": str(run_dir),
+        "data": describe_data(prep.datamodule),
     }
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", prep.config)
@@ -109,7 +115,7 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         try:
             trainer.fit(module, datamodule=prep.datamodule, ckpt_path=plain.get("ckpt_path"), weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)
-            metrics.update(_scalars(trainer.callback_metrics, prefix="val/"))
+            metrics.update(_scalars(trainer.callback_metrics, prefix="val/"), **early_stop_summary(trainer))
             if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:
                 metrics[f"best_{monitor}"] = float(trainer.checkpoint_callback.best_model_score)
                 metrics["best_ckpt"] = trainer.checkpoint_callback.best_model_path

@@ -10,16 +10,21 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
+from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
-from modelforge.layers.kwargs import check_kwargs
+from modelforge.train.callbacks import build_callbacks
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
+from modelforge.train.loggers import build_loggers
 
 # Set by modelforge itself; a user value would silently fight the run directory layout.
 RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
-LOGGERS = ("csv", "tensorboard")
+_RESERVED_HINTS = {
+    "logger": "choose loggers with the logger group: logger=csv, logger=[csv,tensorboard]",
+    "callbacks": "add Lightning callbacks with the callbacks group: callbacks=[early_stopping,lr_monitor]",
+    "default_root_dir": "runs go to hydra.run.dir",
+}
 
 
 def check_trainer_options(options: Mapping[str, Any]) -> None:
@@ -28,7 +33,7 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
     for key in options:
         if key in RESERVED_TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}", "is set by modelforge",
-                              hint="choose a logger with logger=csv|tensorboard; runs go to hydra.run.dir")
+                              hint=_RESERVED_HINTS[key])
         if key not in accepted:
             raise ConfigError(f"trainer.{key}", f"pl.Trainer takes no argument {key!r}",
                               suggestions=closest_names(key, accepted), allowed=sorted(accepted))
@@ -38,29 +43,6 @@ def default_precision(accelerator: str) -> str:
     """bf16 mixed precision on a GPU that has it, full float32 elsewhere."""
     on_gpu = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
-
-
-def build_datamodule(data_cfg: Mapping[str, Any]) -> pl.LightningDataModule:
-    """The data module named by ``data.name`` (only ``mnist`` today), with its options checked."""
-    from modelforge.data import MNISTDataModule
-
-    datamodules = {"mnist": MNISTDataModule}
-    options = dict(data_cfg)
-    name = options.pop("name", "mnist")
-    if name not in datamodules:
-        raise UnknownNameError("dataset", name, datamodules, path="data.name")
-    check_kwargs(datamodules[name], options, "data", f"data module {name!r}")
-    return datamodules[name](**options)
-
-
-def _logger(name: str | None, run_dir: Path) -> Logger | bool:
-    if name is None:
-        return False
-    if name not in LOGGERS:
-        raise UnknownNameError("logger", name, LOGGERS, path="logger.name")
-    if name == "tensorboard":
-        return TensorBoardLogger(save_dir=str(run_dir), name="logs", version="")
-    return CSVLogger(save_dir=str(run_dir), name="logs", version="")
 
 
 def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], logged: bool) -> list[Callback]:
@@ -73,7 +55,10 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
         CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
     ]
     callbacks += _hooks(plugins, run_dir)
-    if logged and (config.get("sched") or {}).get("name", "none") != "none":
+    chosen = build_callbacks(config.get("callbacks"), monitor)
+    callbacks.extend(chosen)
+    has_lr_monitor = any(isinstance(c, LearningRateMonitor) for c in chosen)
+    if logged and not has_lr_monitor and (config.get("sched") or {}).get("name", "none") != "none":
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return callbacks
 
@@ -90,14 +75,13 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     check_trainer_options(options)
     if options.get("precision") is None:
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
-    logger_name = None if for_eval else (config.get("logger") or {}).get("name")
-    logger = _logger(logger_name, run_dir)
-    callbacks = _callbacks(config, run_dir, plugins, logged=bool(logger)) if not for_eval else _hooks(plugins, run_dir)
+    logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
+    callbacks = _hooks(plugins, run_dir) if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
     if for_eval:
         options["enable_checkpointing"] = False
     check_accelerator(options)
     try:
-        return pl.Trainer(default_root_dir=str(run_dir), logger=logger, callbacks=callbacks, **options)
+        return pl.Trainer(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks, **options)
     except (MisconfigurationException, ValueError) as exc:  # Lightning's word on the options
         raise ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got") from None
 

@@ -33,7 +33,8 @@ def keys(images: torch.Tensor) -> list[bytes]:
 
 
 def test_shapes_are_advertised() -> None:
-    assert MNISTDataModule.input_shape == (1, 28, 28) and MNISTDataModule.n_classes == 10
+    data = MNISTDataModule()  # instance properties: an idx folder reads its shapes from its files
+    assert data.input_shape == (1, 28, 28) and data.n_classes == 10
 
 
 @pytest.mark.parametrize("val_size", [16, 0.25])
@@ -272,7 +273,9 @@ def test_hydra_config_mirrors_the_constructor(mnist_dir) -> None:
     cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "data" / "mnist.yaml")
     options = OmegaConf.to_container(cfg)
     assert options.pop("name") == "mnist"
-    params = inspect.signature(MNISTDataModule).parameters
+    from modelforge.registry import DATAMODULES
+
+    params = inspect.signature(DATAMODULES.get("mnist")).parameters  # the class's, less `dataset`
     assert set(options) == set(params) - {"files"}  # files: a Python-only hook for tests
     # seed interpolates the run's top-level ${seed}; mirrors: null means the module's default list.
     assert options["seed"] == "${seed}"

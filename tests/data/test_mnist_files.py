@@ -113,7 +113,7 @@ def test_counts_of_images_and_labels_must_match(mnist_dir) -> None:
 def test_labels_must_be_digits(mnist_dir) -> None:
     folder, _ = mnist_dir
     write_idx(folder / "t10k-labels-idx1-ubyte.gz", idx_bytes(torch.full((32,), 12, dtype=torch.uint8), 2049))
-    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz: labels must be digits 0..9, found 12"):
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz: labels must be in 0..9, found 12"):
         load_mnist(folder, download=False, verify=False)
 
 
