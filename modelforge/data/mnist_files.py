@@ -120,12 +120,14 @@ def ensure_files(
     found = {spec.name: find_file(root, spec) for spec in files}
     missing = [spec for spec in files if found[spec.name] is None]
     failures: dict[str, list[str]] = {m: [] for m in mirrors}
+    created: list[Path] = []
     if missing and download:
-        _make_writable_dir(root, [spec.name for spec in missing])
+        created = _make_writable_dir(root, [spec.name for spec in missing])
         for spec in missing:
             found[spec.name] = _download(spec, root, mirrors, failures, verify=verify, timeout=timeout)
     still_missing = [spec.name for spec in files if found[spec.name] is None]
     if still_missing:
+        _remove_empty(created)  # a failed run leaves no empty folders behind (a mistyped path)
         raise DataError(_missing_message(root, still_missing, failures, download))
     return {name: path for name, path in found.items() if path is not None}
 
@@ -163,9 +165,13 @@ def load_mnist(
     return splits
 
 
-def _make_writable_dir(root: Path, missing: list[str]) -> None:
-    """Downloads land in ``root``: make sure they can, before trying any mirror."""
+def _make_writable_dir(root: Path, missing: list[str]) -> list[Path]:
+    """Downloads land in ``root``: make sure they can, before trying any mirror.
+
+    Returns the folders this created, deepest first, so a failed download can remove them.
+    """
     what = f"MNIST files missing from data_dir {root}: {', '.join(missing)}"
+    created = [p for p in (root, *root.parents) if not p.exists()]
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -173,6 +179,15 @@ def _make_writable_dir(root: Path, missing: list[str]) -> None:
     if not os.access(root, os.W_OK):
         raise DataError(f"{what}; the folder is not writable, so they cannot be downloaded there\n"
                         f"  hint: {_HINT}")
+    return created
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first; stops at the first that is not empty
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _pick(files: Sequence[MnistFile], split: str, kind: str) -> MnistFile:

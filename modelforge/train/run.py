@@ -19,15 +19,17 @@ from omegaconf import DictConfig
 
 from modelforge.build import build_model, model_config_from_run, validate_model_config
 from modelforge.config import load_config
+from modelforge.console import quiet_third_party, run_log
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.optim import validate_optim
 from modelforge.run_dir import check_run_dir_is_new
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
+from modelforge.train.describe import describe_model
 from modelforge.train.interrupted import INTERRUPTED_CKPT
 from modelforge.train.module import ClassifierModule
-from modelforge.train.rundir import current_run_dir, write_json, write_yaml
+from modelforge.train.rundir import current_run_dir, write_json, write_setup_failure, write_yaml
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
@@ -52,7 +54,6 @@ class Prepared:
 
 def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
     plain = load_config(cfg)
-    check_run_dir_is_new(run_dir)
     plain["model"] = model_config_from_run(plain)
     for key in ("enc_sizes", "dec_sizes", "activation"):
         plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
@@ -87,19 +88,30 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
     ``cfg`` is a full run config (as composed from ``conf/train.yaml``). The
     return value (``cfg.monitor``, ``val/acc`` by default) is what sweepers optimize.
     """
-    run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
+    quiet_third_party()
+    run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
     plain = load_config(cfg)
+    check_run_dir_is_new(run_dir)  # before anything is written there
+    with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
+        return _train(plain, run_dir)
+
+
+def _train(plain: dict[str, Any], run_dir: Path) -> float:
     if plain.get("seed") is not None:
         pl.seed_everything(plain["seed"], workers=True, verbose=False)
-    prep = _prepare(plain, run_dir)
+    try:
+        prep = _prepare(plain, run_dir)
+    except BaseException as exc:  # the run directory says why it holds no run
+        write_setup_failure(run_dir, exc, _record(plain, run_dir))
+        raise
+    log.info(describe_model(prep.module.model, prep.config["model"].get("name", "model")))
     trainer, module = prep.trainer, prep.module
     monitor = plain.get("monitor", "val/acc")
     metrics: dict[str, Any] = {
         "status": "running",
-        "overrides": hydra_overrides(),
+        **_record(plain, run_dir),
         "params": sum(p.numel() for p in module.model.parameters()),
         "monitor": monitor,
-        "run_dir": str(run_dir),
     }
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", prep.config)
@@ -131,6 +143,19 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         raise ConfigError("monitor", f"the run logged no metric {monitor!r}",
                           allowed=sorted(k for k, v in metrics.items() if isinstance(v, float)))
     return float(value)
+
+
+def _under_hydra() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.initialized()
+
+
+def _record(plain: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Where a run's files are and what produced it: the CLI overrides, or (from Python) its config."""
+    return {"run_dir": str(run_dir), "config": str(run_dir / "config.yaml"),
+            "launched_from": "cli" if _under_hydra() else "python",
+            "overrides": hydra_overrides() if _under_hydra() else None}
 
 
 def _failure(exc: BaseException, trainer: pl.Trainer, run_dir: Path) -> dict[str, Any]:

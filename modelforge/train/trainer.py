@@ -13,9 +13,11 @@ from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelChec
 from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
+from modelforge.console import verbose
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.layers.kwargs import check_kwargs
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
+from modelforge.train.progress import progress_bar
 
 # Set by modelforge itself; a user value would silently fight the run directory layout.
 RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
@@ -90,6 +92,10 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     logger_name = None if for_eval else (config.get("logger") or {}).get("name")
     logger = _logger(logger_name, run_dir)
     callbacks = [] if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
+    if options.get("enable_progress_bar", True) is not False:
+        callbacks.append(progress_bar())  # a bar in a terminal, plain lines in a file or job log
+    if options.get("enable_model_summary") is None:
+        options["enable_model_summary"] = verbose()  # modelforge logs a one-line description instead
     if for_eval:
         options["enable_checkpointing"] = False
     check_accelerator(options)
