@@ -72,7 +72,9 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
         # The XDG spec says relative values are invalid and must be ignored.
         base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
         return base / "modelforge" / "mnist"
-    return Path(data_dir).expanduser().absolute()
+    # Relative paths are relative to the working directory; abspath also folds "..", so an
+    # error names the folder that was really looked in.
+    return Path(os.path.abspath(Path(data_dir).expanduser()))
 
 
 def find_file(data_dir: Path, spec: MnistFile) -> Path | None:

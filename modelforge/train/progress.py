@@ -21,8 +21,11 @@ from pytorch_lightning.utilities.imports import _RICH_AVAILABLE
 
 log = logging.getLogger(__name__)
 
-# What a bar shows, as (logged name, short label): short enough for 80 columns.
-BAR_METRICS = (("train/loss_step", "loss"), ("val/acc", "val/acc"))
+# What a bar shows, as (logged name, short label): with a 12-column bar, the longest line
+# ("epoch 1/1  [bar] 1719/1719 0:00:26 • 0:00:00 100.00it/s loss: 0.123") is 75 columns.
+# Validation metrics get a log line at each epoch's end instead.
+BAR_METRICS = (("train/loss_step", "loss"),)
+BAR_WIDTH = 12
 
 
 class _CompactMetrics:
@@ -70,9 +73,22 @@ if _RICH_AVAILABLE:
             self._init_compact()
 
         def _get_train_description(self, current_epoch: int) -> str:
-            if self.trainer.max_epochs is None or self.trainer.max_epochs < 0:
-                return f"epoch {current_epoch + 1}"
-            return f"epoch {current_epoch + 1}/{self.trainer.max_epochs}"
+            return f"{_epoch(self.trainer):{len(self.validation_description)}}"
+
+        def configure_columns(self, trainer: pl.Trainer) -> list:
+            from pytorch_lightning.callbacks.progress.rich_progress import CustomBarColumn
+
+            columns = super().configure_columns(trainer)
+            theme = self.theme
+            columns[1] = CustomBarColumn(bar_width=BAR_WIDTH, complete_style=theme.progress_bar,
+                                         finished_style=theme.progress_bar_finished,
+                                         pulse_style=theme.progress_bar_pulse)
+            return columns
+
+        def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            super().on_train_epoch_end(trainer, pl_module)
+            if self.is_enabled:
+                log.info("%s done  %s", _epoch(trainer), _epoch_metrics(trainer))
 
 
 class LineProgress(ProgressBar):
@@ -135,10 +151,8 @@ class LineProgress(ProgressBar):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._enabled:
             return
-        metrics = trainer.callback_metrics
-        shown = "  ".join(f"{k} {float(metrics[k]):.4f}" for k in ("train/loss_epoch", "val/loss", "val/acc")
-                          if k in metrics)
-        log.info("%s done in %s  %s", _epoch(trainer), _clock(time.monotonic() - self._epoch_start), shown)
+        log.info("%s done in %s  %s", _epoch(trainer), _clock(time.monotonic() - self._epoch_start),
+                 _epoch_metrics(trainer))
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._enabled:
@@ -148,6 +162,12 @@ class LineProgress(ProgressBar):
 def _epoch(trainer: pl.Trainer) -> str:
     last = trainer.max_epochs
     return f"epoch {trainer.current_epoch + 1}" + (f"/{last}" if last is not None and last > 0 else "")
+
+
+def _epoch_metrics(trainer: pl.Trainer) -> str:
+    metrics = trainer.callback_metrics
+    return "  ".join(f"{k} {float(metrics[k]):.4f}" for k in ("train/loss_epoch", "val/loss", "val/acc")
+                     if k in metrics)
 
 
 def _clock(seconds: float) -> str:
