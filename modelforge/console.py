@@ -53,6 +53,10 @@ def quiet_third_party() -> None:
     """Silence the known third-party warnings (by message and module); a no-op when verbose."""
     if verbose():
         return
+    lightning = logging.getLogger(_LIGHTNING_LOGGER)
+    if not any(isinstance(f, QuietFilter) for f in lightning.filters):
+        # On the logger itself: Lightning may log through a handler of its own (from Python).
+        lightning.addFilter(QuietFilter())
     for message, module in _WARNINGS:
         warnings.filterwarnings("ignore", message=message, module=module)
     # matplotlib announces building its font cache, once per machine, on import.

@@ -151,7 +151,7 @@ class LineProgress(ProgressBar):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._enabled:
             return
-        log.info("%s done in %s  %s", _epoch(trainer), _clock(time.monotonic() - self._epoch_start),
+        log.info("%s done in %.2f s  %s", _epoch(trainer), time.monotonic() - self._epoch_start,
                  _epoch_metrics(trainer))
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
