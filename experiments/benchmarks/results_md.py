@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 NOTE = {
-    "quick": "**quick mode**: small settings (200 training batches, 2 pairs); a smoke check, not the figures to quote.",
+    "quick": "**quick mode**: small settings (see the commands); a smoke check, not the figures to quote.",
     "full": "full settings.",
 }
 
@@ -91,6 +91,8 @@ def write_results(results_dir: Path, target: Path) -> str:
         if not path.exists():
             continue
         r = json.loads(path.read_text())
-        lines += [f"## {title}", "", f"{r['date']}, {NOTE[r['mode']]} Took {r['seconds']:.0f} s.", "", *render(r), ""]
+        note = f" Conditions: {r['note']}." if r.get("note") else ""
+        lines += [f"## {title}", "", f"{r['date']}, {NOTE[r['mode']]} Took {r['seconds']:.0f} s.{note}", "",
+                  *render(r), ""]
     target.write_text("\n".join(lines))
     return "\n".join(lines)

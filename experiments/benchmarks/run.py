@@ -212,6 +212,7 @@ def main() -> None:
                         "(default: 200 with --quick, else the whole epoch)")
     parser.add_argument("--seeds", type=int, default=5, help="time_to_99: seeds 0..N-1")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--note", default="", help="conditions to record with the figures (e.g. 'idle machine')")
     parser.add_argument("--data-dir", default=os.environ.get("MODELFORGE_DATA"),
                         help="MNIST folder (default: $MODELFORGE_DATA, else modelforge's default)")
     args = parser.parse_args()
@@ -224,7 +225,7 @@ def main() -> None:
         print(f"== {name}", flush=True)
         started = time.perf_counter()
         result = sections[name](args)
-        result.update(mode="quick" if args.quick else "full", seconds=round(time.perf_counter() - started, 1),
+        result.update(mode="quick" if args.quick else "full", note=args.note, seconds=round(time.perf_counter() - started, 1),
                       date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         (RESULTS_DIR / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(write_results(RESULTS_DIR, HERE / "RESULTS.md"))
