@@ -66,7 +66,7 @@ class ClassifierModule(pl.LightningModule):
     def on_train_start(self) -> None:
         # A resumed run may end at another step than the run it resumes planned for (more
         # epochs, fewer batches per epoch): re-plan the schedule to end with this run, from here on.
-        end = _end_step(self.trainer)
+        end = fit_end_step(self.trainer)
         config = self.hparams.config
         for sched_config in self.trainer.lr_scheduler_configs:
             planned = schedule_length(sched_config.scheduler)
@@ -121,7 +121,7 @@ class ClassifierModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def _end_step(trainer: pl.Trainer) -> int:
+def fit_end_step(trainer: pl.Trainer) -> int:
     """The global step this fit ends at; a resumed run counts on from its checkpoint's step."""
     total = max(int(trainer.estimated_stepping_batches), 1)
     if not trainer.global_step or not math.isfinite(trainer.num_training_batches):

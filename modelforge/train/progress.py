@@ -19,6 +19,8 @@ from pytorch_lightning.callbacks.progress import ProgressBar, TQDMProgressBar
 from pytorch_lightning.utilities.data import extract_batch_size
 from pytorch_lightning.utilities.imports import _RICH_AVAILABLE
 
+from modelforge.train.module import fit_end_step
+
 log = logging.getLogger(__name__)
 
 # What a bar shows, as (logged name, short label): with a 12-column bar, the longest line
@@ -143,7 +145,7 @@ class LineProgress(ProgressBar):
                  f"step {done}/{total}" if math.isfinite(total) else f"step {done}",
                  f"loss {float(loss):.4f}" if loss is not None else "",
                  f"{steps / elapsed:.1f} it/s ({self._samples / elapsed:,.0f} samples/s)"]
-        left = trainer.estimated_stepping_batches - trainer.global_step
+        left = max(fit_end_step(trainer) - trainer.global_step, 0)
         if steps and math.isfinite(left):
             parts.append(f"eta {_clock(left * elapsed / steps)}")
         return "  ".join(p for p in parts if p)
@@ -156,7 +158,7 @@ class LineProgress(ProgressBar):
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._enabled:
-            log.info("testing the final weights")
+            log.info("testing: %s batches", sum(trainer.num_test_batches))
 
 
 def _epoch(trainer: pl.Trainer) -> str:
