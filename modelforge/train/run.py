@@ -102,7 +102,9 @@ def _train(plain: dict[str, Any], run_dir: Path) -> float:
     try:
         prep = _prepare(plain, run_dir)
     except BaseException as exc:  # the run directory says why it holds no run
-        write_setup_failure(run_dir, exc, _record(plain, run_dir))
+        record = _record(plain, run_dir)
+        del record["config"]  # config.yaml is written only for a config that passed its checks
+        write_setup_failure(run_dir, exc, record)
         raise
     log.info(describe_model(prep.module.model, prep.config["model"].get("name", "model")))
     trainer, module = prep.trainer, prep.module
@@ -174,6 +176,7 @@ def _failure(exc: BaseException, trainer: pl.Trainer, run_dir: Path) -> dict[str
 
 def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
     """Rebuild the model stored in ``cfg.ckpt_path`` and report its test metrics."""
+    quiet_third_party()
     plain = load_config(cfg)
     if not plain.get("ckpt_path"):
         raise ConfigError("ckpt_path", "missing: which checkpoint to evaluate",
