@@ -118,7 +118,7 @@ def hooks(args: argparse.Namespace) -> dict:
     import logging
 
     import torch
-    from bench_hook_overhead import measure_once
+    from bench_hook_overhead import measure_once, step_time
     from hand_written_cnn import hand_written_cnn
     from modelforge import build_model
 
@@ -127,7 +127,6 @@ def hooks(args: argparse.Namespace) -> dict:
     model = build_model({"name": "cnn"}, seed=0)
     plain = hand_written_cnn(model)
     x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
-    from bench_hook_overhead import step_time
 
     results: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as run_dir:
