@@ -132,8 +132,11 @@ def hooks(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
         step_time(model, x, y, repeats)
         for i in range(rounds):  # every configuration once per round: interleaved
-            times = {"hand-written torch.nn (no modelforge)": step_time(plain, x, y, repeats)}
+            # The hand-written model goes first in even rounds and last in odd ones: no position bias.
+            times = {"hand-written torch.nn (no modelforge)": step_time(plain, x, y, repeats)} if i % 2 == 0 else {}
             times.update(measure_once(model, x, y, repeats, Path(run_dir)))
+            if i % 2:
+                times["hand-written torch.nn (no modelforge)"] = step_time(plain, x, y, repeats)
             results.append(times)
             print(f"  [{i + 1}/{rounds}] " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in times.items()), flush=True)
     return {"batch": batch, "rounds": rounds, "threads": torch.get_num_threads(),
