@@ -27,10 +27,13 @@ from modelforge.paths import conf_dir
 
 
 def fast_recipe() -> dict:
-    """The model, optimizer, schedule and data settings of conf/experiment/fast.yaml (model merged)."""
+    """conf/experiment/fast.yaml, its model as a plain ``build_model`` config: conf/model/cnn.yaml's
+    own keys (a Hydra defaults list aside, CNN's defaults fill the rest) and the recipe's on top.
+    ``run.py`` checks that this builds the same weights as ``train experiment=fast``."""
     recipe = OmegaConf.to_container(OmegaConf.load(conf_dir() / "experiment" / "fast.yaml"))
     model = OmegaConf.to_container(OmegaConf.load(conf_dir() / "model" / "cnn.yaml"))
-    model.update({k: recipe[k] for k in ("enc_sizes", "dec_sizes")}, **recipe["model"])
+    model.pop("defaults", None)
+    model.update(enc_sizes=recipe["enc_sizes"], dec_sizes=recipe["dec_sizes"], **recipe["model"])
     return {**recipe, "model": model}
 
 

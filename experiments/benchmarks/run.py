@@ -106,11 +106,30 @@ def overhead(args: argparse.Namespace) -> dict:
         return {"epoch_s": statistics.mean(out["epoch_s"]), "fit_s": out["fit_s"], "command_s": seconds,
                 "test_acc": out["test/acc"]}
 
+    check_same_model(args.seed)
     timed([*raw_cmd, "--limit-train-batches=2", "--limit-val-batches=1", "--limit-test-batches=1"])  # warm caches
     values = interleaved({"raw PyTorch loop": raw_run, "modelforge train": modelforge_run}, args.repeats)
     return {"commands": {"modelforge train": " ".join(mf_cmd[1:]), "raw PyTorch loop": " ".join(raw_cmd[1:])},
             "limits": limits, "repeats": args.repeats,
             "figures": {side: {k: summary(v) for k, v in figs.items()} for side, figs in values.items()}}
+
+
+def check_same_model(seed: int) -> None:
+    """The raw loop's model has the same architecture and initial weights as ``train experiment=fast``."""
+    import torch
+    from hydra import compose, initialize_config_dir
+    from raw_loop import fast_recipe
+
+    from modelforge.build import build_model, model_config_from_run
+    from modelforge.config import load_config
+    from modelforge.paths import conf_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        plain = load_config(compose("train", overrides=["experiment=fast", f"seed={seed}"]))
+    ours = build_model(model_config_from_run(plain), seed=seed).state_dict()
+    raw = build_model(fast_recipe()["model"], seed=seed).state_dict()
+    assert ours.keys() == raw.keys() and all(torch.equal(ours[k], raw[k]) for k in ours), \
+        "raw_loop.py builds another model than `train experiment=fast`: fix fast_recipe()"
 
 
 # ---------------------------------------------------------------- hooks
