@@ -86,7 +86,9 @@ def resolve_data_dir(data_dir: str | Path | None = None, name: str = "mnist") ->
         # The XDG spec says relative values are invalid and must be ignored.
         base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
         return base / "modelforge" / name
-    return Path(data_dir).expanduser().absolute()
+    # Relative paths are relative to the working directory; abspath also folds "..", so an
+    # error names the folder that was really looked in.
+    return Path(os.path.abspath(Path(data_dir).expanduser()))
 
 
 def find_file(data_dir: Path, spec: MnistFile) -> Path | None:
@@ -160,12 +162,14 @@ def ensure_files(
     found = {spec.name: find_file(root, spec) for spec in files}
     missing = [spec for spec in files if found[spec.name] is None]
     failures: dict[str, list[str]] = {m: [] for m in mirrors}
+    created: list[Path] = []
     if missing and download:
-        _make_writable_dir(root, [spec.name for spec in missing], _title(files))
+        created = _make_writable_dir(root, [spec.name for spec in missing], _title(files))
         for spec in missing:
             found[spec.name] = _download(spec, root, mirrors, failures, verify=verify, timeout=timeout)
     still_missing = [spec.name for spec in files if found[spec.name] is None]
     if still_missing:
+        _remove_empty(created)  # a failed run leaves no empty folders behind (a mistyped path)
         raise DataError(_missing_message(root, still_missing, failures, download, _title(files)))
     return {name: path for name, path in found.items() if path is not None}
 
@@ -211,9 +215,13 @@ def _title(files: Sequence[MnistFile]) -> str:
     return files[0].title if files else "MNIST"
 
 
-def _make_writable_dir(root: Path, missing: list[str], title: str = "MNIST") -> None:
-    """Downloads land in ``root``: make sure they can, before trying any mirror."""
+def _make_writable_dir(root: Path, missing: list[str], title: str = "MNIST") -> list[Path]:
+    """Downloads land in ``root``: make sure they can, before trying any mirror.
+
+    Returns the folders this created, deepest first, so a failed download can remove them.
+    """
     what = f"{title} files missing from data_dir {root}: {', '.join(missing)}"
+    created = [p for p in (root, *root.parents) if not p.exists()]
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -221,6 +229,15 @@ def _make_writable_dir(root: Path, missing: list[str], title: str = "MNIST") -> 
     if not os.access(root, os.W_OK):
         raise DataError(f"{what}; the folder is not writable, so they cannot be downloaded there\n"
                         f"  hint: {_HINT}")
+    return created
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first; stops at the first that is not empty
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _pick(files: Sequence[MnistFile], split: str, kind: str) -> MnistFile:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 import pytorch_lightning as pl
@@ -12,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from modelforge.optim import build_scheduler, configure_optimizers, schedule_length
 
 STAGES = ("train", "val", "test")
+log = logging.getLogger(__name__)
 
 
 class ClassifierModule(pl.LightningModule):
@@ -42,11 +45,17 @@ class ClassifierModule(pl.LightningModule):
         self.loss = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         # One metric object per stage (torchmetrics keeps state between updates); keys avoid
         # the name `train`, which nn.ModuleDict reserves. Micro average = plain accuracy.
-        self.acc = nn.ModuleDict({f"{stage}_acc": MulticlassAccuracy(n_classes, average="micro") for stage in STAGES})
+        # validate_args=False: the checks (a torch.unique per update) cost more than the update on
+        # the training hot path; labels are checked when the data is read, logits are ours.
+        self.acc = nn.ModuleDict({f"{stage}_acc": MulticlassAccuracy(n_classes, average="micro", validate_args=False)
+                                  for stage in STAGES})
         self.channels_last = channels_last
         self.compile_model = compile
         if channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        if getattr(model, "input_shape", None) is not None:
+            # Only Lightning's model summary (trainer.enable_model_summary=true) runs it: true FLOPs.
+            self.example_input_array = torch.zeros(1, *model.input_shape)
 
     def configure_model(self) -> None:
         # Runs after callbacks' setup, i.e. after hook plugins attach: compile sees them.
@@ -55,17 +64,21 @@ class ClassifierModule(pl.LightningModule):
             self.model.compile()
 
     def on_train_start(self) -> None:
-        # A resumed run may be longer than the run it resumes (trainer.max_epochs raised):
-        # the restored schedule would end early, so rebuild it for the new length from here on.
-        total = max(int(self.trainer.estimated_stepping_batches), 1)
+        # A resumed run may end at another step than the run it resumes planned for (more
+        # epochs, fewer batches per epoch): re-plan the schedule to end with this run, from here on.
+        end = fit_end_step(self.trainer)
         config = self.hparams.config
         for sched_config in self.trainer.lr_scheduler_configs:
-            if schedule_length(sched_config.scheduler) not in (None, total):
-                sched_config.scheduler = build_scheduler(
-                    sched_config.scheduler.optimizer, config.get("sched"), total,
-                    sched_config.scheduler.optimizer.defaults["lr"],
-                    last_step=self.global_step - 1,
-                )
+            planned = schedule_length(sched_config.scheduler)
+            if planned in (None, end) or end <= self.global_step:
+                continue
+            log.info("resuming at step %d of a schedule planned for %d steps; this run ends at step %d: "
+                     "the schedule is re-planned over %d steps, continuing from step %d",
+                     self.global_step, planned, end, end, self.global_step)
+            sched_config.scheduler = build_scheduler(
+                sched_config.scheduler.optimizer, config.get("sched"), end, sched_config.scheduler.optimizer.defaults["lr"],
+                last_step=self.global_step - 1,
+            )
 
     def forward(self, x: Tensor) -> Tensor:
         if self.channels_last:
@@ -77,13 +90,16 @@ class ClassifierModule(pl.LightningModule):
         logits = self(x)
         loss = self.loss(logits, y)
         accuracy = self.acc[f"{stage}_acc"]
-        accuracy(logits, y)
+        accuracy.update(logits, y)  # not accuracy(...): no per-batch value is computed, none is logged
         on_step = stage == "train"
         # Under DDP, val/test loss is averaged over ranks (it picks checkpoints); the per-step
         # train loss stays rank 0's, which saves an all-reduce on every step. Accuracy is a
-        # torchmetrics metric and syncs its own state.
-        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=stage != "train")
-        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
+        # torchmetrics metric and syncs its own state. Logged values stay tensors: the progress
+        # bar and the logger read them only every few steps (modelforge.train.progress).
+        n = len(y)  # given, so Lightning does not search the batch for its size on every call
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=stage != "train",
+                 batch_size=n)
+        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
         return loss
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
@@ -99,3 +115,18 @@ class ClassifierModule(pl.LightningModule):
         config = self.hparams.config
         total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
         return configure_optimizers(self.model, config["optim"], config.get("sched"), total_steps)
+
+def fit_end_step(trainer: pl.Trainer) -> int:
+    """The global step this fit ends at; a resumed run counts on from its checkpoint's step."""
+    total = max(int(trainer.estimated_stepping_batches), 1)
+    if not trainer.global_step or not math.isfinite(trainer.num_training_batches):
+        return total
+    per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
+    progress = trainer.fit_loop.epoch_loop.batch_progress  # a mid-epoch checkpoint resumes mid-epoch
+    done = 0 if progress.is_last_batch else progress.current.completed // trainer.accumulate_grad_batches
+    end = math.inf
+    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+        end = trainer.global_step + max(trainer.max_epochs - trainer.current_epoch, 0) * per_epoch - done
+    if trainer.max_steps != -1:
+        end = min(end, trainer.max_steps)
+    return int(end) if math.isfinite(end) else total

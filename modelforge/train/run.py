@@ -21,16 +21,18 @@ from modelforge.build import build_model, model_config_from_run, validate_model_
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
+from modelforge.console import quiet_third_party, run_log
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.optim import validate_optim
 from modelforge.run_dir import check_run_dir_is_new
+from modelforge.summary import describe_model
 from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.interrupted import INTERRUPTED_CKPT
 from modelforge.train.module import ClassifierModule
-from modelforge.train.rundir import current_run_dir, write_json, write_yaml
+from modelforge.train.rundir import current_run_dir, write_json, write_setup_failure, write_yaml
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
@@ -55,7 +57,6 @@ class Prepared:
 
 def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
     plain = load_config(cfg)
-    check_run_dir_is_new(run_dir)
     plain["model"] = model_config_from_run(plain)
     for key in ("enc_sizes", "dec_sizes", "activation"):
         plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
@@ -92,19 +93,33 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
     ``cfg`` is a full run config (as composed from ``conf/train.yaml``). The
     return value (``cfg.monitor``, ``val/acc`` by default) is what sweepers optimize.
     """
-    run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
+    quiet_third_party()
+    run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
     plain = load_config(cfg)
+    check_run_dir_is_new(run_dir)  # before anything is written there
+    with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
+        return _train(plain, run_dir)
+
+
+def _train(plain: dict[str, Any], run_dir: Path) -> float:
     if plain.get("seed") is not None:
         pl.seed_everything(plain["seed"], workers=True, verbose=False)
-    prep = _prepare(plain, run_dir)
+    try:
+        prep = _prepare(plain, run_dir)
+    except BaseException as exc:  # the run directory says why it holds no run
+        record = _record(plain, run_dir)
+        del record["config"]  # config.yaml is written only for a config that passed its checks
+        write_setup_failure(run_dir, exc, record)
+        raise
+    model = prep.module.model  # built models know their input shape; the one line replaces Lightning's table
+    log.info("model %s", describe_model(model, model.input_shape, prep.config["model"].get("name")))
     trainer, module = prep.trainer, prep.module
     monitor = plain.get("monitor", "val/acc")
     metrics: dict[str, Any] = {
         "status": "running",
-        "overrides": hydra_overrides(),
+        **_record(plain, run_dir),
         "params": sum(p.numel() for p in module.model.parameters()),
         "monitor": monitor,
-        "run_dir": str(run_dir),
         "data": describe_data(prep.datamodule),
     }
     if trainer.is_global_zero:
@@ -139,6 +154,19 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
     return float(value)
 
 
+def _under_hydra() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.initialized()
+
+
+def _record(plain: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Where a run's files are and what produced it: the CLI overrides, or (from Python) its config."""
+    return {"run_dir": str(run_dir), "config": str(run_dir / "config.yaml"),
+            "launched_from": "cli" if _under_hydra() else "python",
+            "overrides": hydra_overrides() if _under_hydra() else None}
+
+
 def _failure(exc: BaseException, trainer: pl.Trainer, run_dir: Path) -> dict[str, Any]:
     """What metrics.json says of a run that stopped on ``exc``, and how to resume it."""
     # Lightning turns Ctrl-C into a graceful shutdown that ends in sys.exit(1).
@@ -155,6 +183,7 @@ def _failure(exc: BaseException, trainer: pl.Trainer, run_dir: Path) -> dict[str
 
 def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
     """Rebuild the model stored in ``cfg.ckpt_path`` and report its test metrics."""
+    quiet_third_party()
     plain = load_config(cfg)
     if not plain.get("ckpt_path"):
         raise ConfigError("ckpt_path", "missing: which checkpoint to evaluate",

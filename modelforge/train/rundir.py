@@ -20,7 +20,8 @@ def current_run_dir(fallback_root: str | Path = "outputs") -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     # Time plus a random suffix: two runs started in the same second never share a folder.
-    run_dir = Path(fallback_root) / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
+    # The CLI's layout (outputs/train/DATE/TIME_XXXXXX), relative to the working directory.
+    run_dir = Path(fallback_root) / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True, exist_ok=False)
     return run_dir
 
@@ -40,3 +41,17 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def write_yaml(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def write_setup_failure(run_dir: Path, exc: BaseException, record: dict[str, Any]) -> None:
+    """``metrics.json`` of a run that failed before training: status, error, and nothing else.
+
+    Rank 0 only (other DDP ranks run the same checks and fail alike); it never replaces a
+    ``metrics.json`` that is already there.
+    """
+    from pytorch_lightning.utilities.rank_zero import rank_zero_only
+
+    if getattr(rank_zero_only, "rank", 0) != 0 or (run_dir / "metrics.json").exists():
+        return
+    write_json(run_dir / "metrics.json", {"status": "failed", "stage": "setup",
+                                          "error": f"{type(exc).__name__}: {exc}", **record})

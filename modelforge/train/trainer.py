@@ -9,14 +9,16 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
+from modelforge.console import verbose
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.train.callbacks import build_callbacks
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
 from modelforge.train.loggers import build_loggers
+from modelforge.train.progress import progress_bar
 
 # Set by modelforge itself; a user value would silently fight the run directory layout.
 RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
@@ -77,6 +79,10 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
     callbacks = _hooks(plugins, run_dir) if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
+    if options.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(progress_bar())  # a bar in a terminal, plain lines in a file or job log
+    if options.get("enable_model_summary") is None:
+        options["enable_model_summary"] = verbose()  # modelforge logs a one-line description instead
     if for_eval:
         options["enable_checkpointing"] = False
     check_accelerator(options)

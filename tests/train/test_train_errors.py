@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +14,14 @@ import torch
 from modelforge import CheckpointError, ConfigError, DataError
 from modelforge.train import train
 from tests.train.conftest import compose_train, tiny_cli_args
+
+
+def _setup_failure(run_dir: Path) -> dict:
+    """The metrics.json a run that failed before training leaves: status and why, and no checkpoint."""
+    assert not (run_dir / "checkpoints").exists()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and metrics["stage"] == "setup"
+    return metrics
 
 
 def _snapshot(folder: Path) -> dict[Path, bytes]:
@@ -56,7 +66,8 @@ def test_truncated_file_is_named(tiny_mnist: Path, tmp_path: Path) -> None:
     (broken / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(raw[:-100]))
     with pytest.raises(DataError, match="t10k-images-idx3-ubyte"):
         train(compose_train(broken, "trainer.fast_dev_run=true"), run_dir=tmp_path / "run")
-    assert not (tmp_path / "run" / "metrics.json").exists()
+    assert _setup_failure(tmp_path / "run")["error"].startswith("DataError: ")
+    assert "t10k-images-idx3-ubyte" in _setup_failure(tmp_path / "run")["error"]
 
 
 def test_wrong_checksum_with_verification_on(tiny_mnist: Path, tmp_path: Path) -> None:
@@ -86,7 +97,7 @@ def test_bad_input_fails_before_training(tiny_mnist: Path, tmp_path: Path, overr
                                          match: str) -> None:
     with pytest.raises(error, match=match):
         train(compose_train(tiny_mnist, *overrides), run_dir=tmp_path)
-    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "checkpoints").exists()
+    assert re.search(match, _setup_failure(tmp_path)["error"])  # metrics.json says why
 
 
 def test_checkpoint_of_a_different_model(earlier_run: Path, tiny_mnist: Path, tmp_path: Path) -> None:

@@ -1,0 +1,100 @@
+"""The baseline for framework overhead: the fast recipe as a hand-written PyTorch loop.
+
+Same model and initial weights (``build_model`` with the run's seed), same data tensors,
+split and batches (``MNISTDataModule``'s loaders), batch size, AdamW + OneCycle stepped
+every batch, label smoothing, one validation pass per epoch and a test pass at the end,
+as ``python -m modelforge train experiment=fast`` does; no Lightning. Prints one JSON
+line: per-epoch seconds (training + validation), fit seconds, test accuracy.
+
+    python experiments/benchmarks/raw_loop.py --data-dir ../shared/datasets/mnist [--epochs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from modelforge import build_model
+from modelforge.data import MNISTDataModule
+from modelforge.paths import conf_dir
+
+
+def fast_recipe() -> dict:
+    """conf/experiment/fast.yaml, its model as a plain ``build_model`` config: conf/model/cnn.yaml's
+    own keys (a Hydra defaults list aside, CNN's defaults fill the rest) and the recipe's on top.
+    ``run.py`` checks that this builds the same weights as ``train experiment=fast``."""
+    recipe = OmegaConf.to_container(OmegaConf.load(conf_dir() / "experiment" / "fast.yaml"))
+    model = OmegaConf.to_container(OmegaConf.load(conf_dir() / "model" / "cnn.yaml"))
+    model.pop("defaults", None)
+    model.update(enc_sizes=recipe["enc_sizes"], dec_sizes=recipe["dec_sizes"], **recipe["model"])
+    return {**recipe, "model": model}
+
+
+def evaluate(model: torch.nn.Module, loader, loss_fn, limit: int | None) -> tuple[float, float]:
+    """Mean loss and accuracy over ``loader`` (inference mode, eval mode)."""
+    model.eval()
+    loss_sum, correct, seen = torch.zeros(()), torch.zeros((), dtype=torch.long), 0
+    with torch.inference_mode():
+        for x, y in itertools.islice(loader, limit):
+            logits = model(x)
+            loss_sum += loss_fn(logits, y) * len(y)
+            correct += (logits.argmax(1) == y).sum()
+            seen += len(y)
+    model.train()
+    return float(loss_sum) / max(seen, 1), float(correct) / max(seen, 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--epochs", type=int, default=None, help="default: the recipe's (1)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit-train-batches", type=int, default=None)
+    parser.add_argument("--limit-val-batches", type=int, default=None)
+    parser.add_argument("--limit-test-batches", type=int, default=None)
+    args = parser.parse_args()
+
+    recipe = fast_recipe()
+    epochs = args.epochs or recipe["trainer"]["max_epochs"]
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)  # as pl.seed_everything: the shuffling order
+    data = MNISTDataModule(data_dir=args.data_dir, batch_size=recipe["data"]["batch_size"], seed=args.seed)
+    data.setup("fit")
+    train_loader, val_loader, test_loader = data.train_dataloader(), data.val_dataloader(), data.test_dataloader()
+    model = build_model(recipe["model"], seed=args.seed)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=recipe["label_smoothing"])
+    optim, sched = recipe["optim"], recipe["sched"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=optim["lr"], weight_decay=optim["weight_decay"])
+    steps_per_epoch = min(len(train_loader), args.limit_train_batches or len(train_loader))
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=optim["lr"] * sched["max_lr_factor"],
+                                                    total_steps=epochs * steps_per_epoch,
+                                                    pct_start=sched["pct_start"])
+
+    epoch_s = []
+    started = time.perf_counter()
+    for _ in range(epochs):
+        epoch_start = time.perf_counter()
+        model.train()
+        for x, y in itertools.islice(train_loader, steps_per_epoch):
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+        val_loss, val_acc = evaluate(model, val_loader, loss_fn, args.limit_val_batches)
+        epoch_s.append(time.perf_counter() - epoch_start)
+    fit_s = time.perf_counter() - started
+    test_loss, test_acc = evaluate(model, test_loader, loss_fn, args.limit_test_batches)
+    print(json.dumps({"epoch_s": epoch_s, "fit_s": fit_s, "val/acc": val_acc, "test/acc": test_acc,
+                      "steps": epochs * steps_per_epoch, "data_dir": str(Path(data.data_dir or "").absolute())}))
+
+
+if __name__ == "__main__":
+    main()

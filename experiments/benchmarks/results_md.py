@@ -1,0 +1,98 @@
+"""Writes RESULTS.md from the sections' JSON files (``results/<section>.json``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+NOTE = {
+    "quick": "**quick mode**: small settings (see the commands); a smoke check, not the figures to quote.",
+    "full": "full settings.",
+}
+
+
+def machine() -> list[str]:
+    import pytorch_lightning
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    return [f"- machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.platform()}",
+            f"- versions: Python {platform.python_version()}, torch {torch.__version__} "
+            f"({torch.get_num_threads()} threads), pytorch-lightning {pytorch_lightning.__version__}; "
+            f"modelforge commit {commit or '?'}",
+            f"- GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}"]
+
+
+def _fmt(s: dict, scale: float = 1.0, unit: str = "s") -> str:
+    return f"{s['median'] * scale:.2f} {unit} (±{s['spread'] / 2:.0%}, n={s['n']})"
+
+
+def _overhead(r: dict) -> list[str]:
+    raw, mf = r["figures"]["raw PyTorch loop"], r["figures"]["modelforge train"]
+    rows = ["| figure | raw PyTorch loop | modelforge train | ratio |", "|---|---:|---:|---:|"]
+    for key, label in (("epoch_s", "per epoch (training + validation)"), ("fit_s", "fit (modelforge: train_time_s)"),
+                       ("command_s", "whole command")):
+        rows.append(f"| {label} | {_fmt(raw[key])} | {_fmt(mf[key])} | **{mf[key]['median'] / raw[key]['median']:.3f}x** |")
+    rows.append(f"| test/acc | {raw['test_acc']['median']:.4f} | {mf['test_acc']['median']:.4f} | |")
+    return [*rows, "", *(f"- `{name}`: `{cmd}`" for name, cmd in r["commands"].items())]
+
+
+def _hooks(r: dict) -> list[str]:
+    figs = r["figures"]
+    base = figs["no plugins (baseline)"]["median"]
+    rows = [f"| configuration | ms / step (batch {r['batch']}) | vs no plugins |", "|---|---:|---:|"]
+    rows += [f"| {name} | {_fmt(s, 1e3, 'ms')} | {s['median'] / base:.3f}x |" for name, s in figs.items()]
+    return [*rows, "", f"Forward + backward, {r['rounds']} interleaved rounds, {r['threads']} threads."]
+
+
+def _hotpath(r: dict) -> list[str]:
+    rows = [f"| per-step work (batch {r['batch']}) | time |", "|---|---:|"]
+    rows += [f"| {name} | {_fmt(s, 1e6, 'us')} |" for name, s in r["figures"].items()]
+    return rows
+
+
+def _startup(r: dict) -> list[str]:
+    figs = r["figures"]
+    base = figs['python -c "import torch"']["median"]
+    rows = ["| command | wall time | vs `import torch` |", "|---|---:|---:|"]
+    rows += [f"| `{r['commands'][name]}` | {_fmt(s)} | {s['median'] / base:.2f}x |" for name, s in figs.items()]
+    return rows
+
+
+def _time_to_99(r: dict) -> list[str]:
+    rows = ["| seed | test/acc | train_time_s | whole command |", "|---:|---:|---:|---:|"]
+    rows += [f"| {x['seed']} | {x['test_acc']:.4f} | {x['train_time_s']:.1f} | {x['command_s']:.1f} |" for x in r["rows"]]
+    acc, t = r["test_acc"], r["train_time_s"]
+    return [*rows, "", f"`{r['command']}`: **{r['reached']} of {len(r['rows'])} seeds reach 99.0%**; test/acc median "
+            f"{acc['median']:.4f} (min {acc['min']:.4f}, max {acc['max']:.4f}); training time median "
+            f"{t['median']:.1f} s (min {t['min']:.1f}, max {t['max']:.1f})."]
+
+
+TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", _overhead),
+          "hooks": ("Hook plugins: cost per training step", _hooks),
+          "hotpath": ("Hot path: per-step work removed", _hotpath),
+          "startup": ("Start-up", _startup),
+          "time_to_99": ("Time to 99.0% test accuracy (fast recipe)", _time_to_99)}
+
+
+def write_results(results_dir: Path, target: Path) -> str:
+    lines = ["# Benchmark results", "",
+             "Written by `python experiments/benchmarks/run.py` (see its docstring and README.md here).",
+             "Medians over interleaved repeats (A B A B); ± is half the spread (max - min) / median.", "",
+             *machine(), ""]
+    for name, (title, render) in TITLES.items():
+        path = results_dir / f"{name}.json"
+        if not path.exists():
+            continue
+        r = json.loads(path.read_text())
+        note = f" Conditions: {r['note']}." if r.get("note") else ""
+        lines += [f"## {title}", "", f"{r['date']}, {NOTE[r['mode']]} Took {r['seconds']:.0f} s.{note}", "",
+                  *render(r), ""]
+    target.write_text("\n".join(lines))
+    return "\n".join(lines)

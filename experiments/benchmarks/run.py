@@ -1,0 +1,256 @@
+"""One benchmark command: modelforge against hand-written PyTorch, interleaved, medians and spread.
+
+Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from all of them):
+
+- ``overhead``: ``python -m modelforge train experiment=fast`` vs ``raw_loop.py`` (same model, init,
+  data tensors, batches, AdamW + OneCycle, label smoothing, validation): per-epoch time
+  (training + validation) and whole-command time.
+- ``hooks``: a training step with no plugins, each plugin, all four, and the same network
+  written by hand in plain ``torch.nn`` (no modelforge).
+- ``hotpath``: per-step work modelforge removed from the training step, before vs after.
+- ``startup``: ``--help``, ``list``, ``summary``, and ``train`` to its first step, vs ``python -c "import torch"``.
+- ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
+  Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
+
+Runs alternate A B A B so a drift in machine speed hits both sides; each figure is the
+median over repeats, and the spread is (max - min) / median.
+
+    python experiments/benchmarks/run.py --quick          # < 5 min on 2 cores: small settings
+    python experiments/benchmarks/run.py                  # the full figures (about 15 min)
+    python experiments/benchmarks/run.py --only time_to_99
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+RESULTS_DIR = HERE / "results"
+sys.path.insert(0, str(HERE))
+from results_md import write_results  # noqa: E402  (a sibling file, not a package)
+
+SECTIONS = ("overhead", "hooks", "hotpath", "startup", "time_to_99")
+EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "HYDRA_FULL_ERROR": "0"}
+
+
+def timed(cmd: list[str], cwd: Path = REPO) -> tuple[float, subprocess.CompletedProcess]:
+    """Wall seconds of the whole command, and its result (which must succeed)."""
+    start = time.perf_counter()
+    result = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"benchmark command failed ({result.returncode}): {' '.join(cmd)}\n"
+                         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return seconds, result
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    median = statistics.median(values)
+    return {"median": median, "spread": (max(values) - min(values)) / median if median else 0.0,
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+def interleaved(runs: dict[str, Callable[[], dict[str, float]]], repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Each repeat runs every side once, in turn (A B A B); per side and figure, the values."""
+    values: dict[str, dict[str, list[float]]] = {name: {} for name in runs}
+    for i in range(repeats):
+        for name, run in runs.items():
+            for figure, value in run().items():
+                values[name].setdefault(figure, []).append(value)
+            print(f"  [{i + 1}/{repeats}] {name}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in values[name].items()),
+                  flush=True)
+    return values
+
+
+# ---------------------------------------------------------------- overhead
+def overhead(args: argparse.Namespace) -> dict:
+    limits = {"train": args.train_batches or 200, "val": 20, "test": 20} if args.quick else {}
+    if args.train_batches and not args.quick:
+        limits = {"train": args.train_batches}
+    work = Path(tempfile.mkdtemp(prefix="mf_bench_"))
+    mf_cmd = [sys.executable, "-m", "modelforge", "train", "experiment=fast", f"seed={args.seed}",
+              "trainer.accelerator=cpu", *([f"data.data_dir={args.data_dir}"] if args.data_dir else []),
+              *[f"trainer.limit_{k}_batches={v}" for k, v in limits.items()]]
+    raw_cmd = [sys.executable, str(HERE / "raw_loop.py"), f"--seed={args.seed}",
+               *([f"--data-dir={args.data_dir}"] if args.data_dir else []),
+               *[f"--limit-{k}-batches={v}" for k, v in limits.items()]]
+    count = iter(range(1_000_000))
+
+    def modelforge_run() -> dict[str, float]:
+        run_dir = work / f"run{next(count)}"
+        seconds, _ = timed([*mf_cmd, f"hydra.run.dir={run_dir}"])
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        epochs = [float(s) for s in EPOCH_LINE.findall((run_dir / "train.log").read_text())]
+        return {"epoch_s": statistics.mean(epochs), "fit_s": metrics["train_time_s"], "command_s": seconds,
+                "test_acc": metrics["test/acc"]}
+
+    def raw_run() -> dict[str, float]:
+        seconds, result = timed(raw_cmd)
+        out = json.loads(result.stdout.strip().splitlines()[-1])
+        return {"epoch_s": statistics.mean(out["epoch_s"]), "fit_s": out["fit_s"], "command_s": seconds,
+                "test_acc": out["test/acc"]}
+
+    check_same_model(args.seed)
+    timed([*raw_cmd, "--limit-train-batches=2", "--limit-val-batches=1", "--limit-test-batches=1"])  # warm caches
+    values = interleaved({"raw PyTorch loop": raw_run, "modelforge train": modelforge_run}, args.repeats)
+    return {"commands": {"modelforge train": " ".join(mf_cmd[1:]), "raw PyTorch loop": " ".join(raw_cmd[1:])},
+            "limits": limits, "repeats": args.repeats,
+            "figures": {side: {k: summary(v) for k, v in figs.items()} for side, figs in values.items()}}
+
+
+def check_same_model(seed: int) -> None:
+    """The raw loop's model has the same architecture and initial weights as ``train experiment=fast``."""
+    import torch
+    from hydra import compose, initialize_config_dir
+    from raw_loop import fast_recipe
+
+    from modelforge.build import build_model, model_config_from_run
+    from modelforge.config import load_config
+    from modelforge.paths import conf_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        plain = load_config(compose("train", overrides=["experiment=fast", f"seed={seed}"]))
+    ours = build_model(model_config_from_run(plain), seed=seed).state_dict()
+    raw = build_model(fast_recipe()["model"], seed=seed).state_dict()
+    assert ours.keys() == raw.keys() and all(torch.equal(ours[k], raw[k]) for k in ours), \
+        "raw_loop.py builds another model than `train experiment=fast`: fix fast_recipe()"
+
+
+# ---------------------------------------------------------------- hooks
+def hooks(args: argparse.Namespace) -> dict:
+    import logging
+
+    import torch
+    from bench_hook_overhead import measure_once, step_time
+    from hand_written_cnn import hand_written_cnn
+    from modelforge import build_model
+
+    logging.disable(logging.INFO)  # verbose's one report would flood the output
+    batch, repeats, rounds = (128, 4, 3) if args.quick else (128, 30, 5)
+    model = build_model({"name": "cnn"}, seed=0)
+    plain = hand_written_cnn(model)
+    x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+
+    results: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as run_dir:
+        step_time(model, x, y, repeats)
+        for i in range(rounds):  # every configuration once per round: interleaved
+            # The hand-written model goes first in even rounds and last in odd ones: no position bias.
+            times = {"hand-written torch.nn (no modelforge)": step_time(plain, x, y, repeats)} if i % 2 == 0 else {}
+            times.update(measure_once(model, x, y, repeats, Path(run_dir)))
+            if i % 2:
+                times["hand-written torch.nn (no modelforge)"] = step_time(plain, x, y, repeats)
+            results.append(times)
+            print(f"  [{i + 1}/{rounds}] " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in times.items()), flush=True)
+    return {"batch": batch, "rounds": rounds, "threads": torch.get_num_threads(),
+            "figures": {name: summary([r[name] for r in results]) for name in results[0]}}
+
+
+# ---------------------------------------------------------------- hot path
+def hotpath(args: argparse.Namespace) -> dict:
+    """Per-step costs that modelforge removed, before vs after, in this process (interleaved)."""
+    import torch
+    from torch.utils import benchmark
+    from torchmetrics.classification import MulticlassAccuracy
+
+    logits, y = torch.randn(32, 10), torch.randint(0, 10, (32,))
+    before = MulticlassAccuracy(10, average="micro")  # accuracy(logits, y): validates, and computes a batch value
+    after = MulticlassAccuracy(10, average="micro", validate_args=False)  # accuracy.update(logits, y)
+    cases = {"train accuracy per step: before (forward, validate_args)": ("m(l, y)", before),
+             "train accuracy per step: after (update, no validation)": ("m.update(l, y)", after)}
+    values: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(3 if args.quick else 7):
+        for name, (stmt, metric) in cases.items():
+            timer = benchmark.Timer(stmt, globals={"m": metric, "l": logits, "y": y})
+            values[name].append(timer.blocked_autorange(min_run_time=0.2).median)
+    return {"batch": 32, "figures": {name: summary(v) for name, v in values.items()}}
+
+
+# ---------------------------------------------------------------- startup
+def startup(args: argparse.Namespace) -> dict:
+    data = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
+    work = Path(tempfile.mkdtemp(prefix="mf_bench_startup_"))
+    count = iter(range(1_000_000))
+    py = sys.executable
+    commands = {
+        'python -c "import torch"': lambda: [py, "-c", "import torch"],
+        "modelforge --help": lambda: [py, "-m", "modelforge", "--help"],
+        "modelforge list": lambda: [py, "-m", "modelforge", "list"],
+        "modelforge summary": lambda: [py, "-m", "modelforge", "summary"],
+        # Start-up, data checks, one training step, one validation and one test batch.
+        "modelforge train (to its first step)": lambda: [
+            py, "-m", "modelforge", "train", *data, "trainer.max_steps=1", "trainer.limit_val_batches=1",
+            "trainer.limit_test_batches=1", "trainer.accelerator=cpu", f"hydra.run.dir={work / str(next(count))}"],
+    }
+    runs = {name: (lambda make=make: {"s": timed(make())[0]}) for name, make in commands.items()}
+    values = interleaved(runs, args.repeats + 1)
+    return {"commands": {name: " ".join(make()[1:]) for name, make in commands.items()}, "repeats": args.repeats + 1,
+            "figures": {name: summary(v["s"]) for name, v in values.items()}}
+
+
+# ---------------------------------------------------------------- time to 99%
+def time_to_99(args: argparse.Namespace) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="mf_bench_t99_"))
+    seeds = list(range(args.seeds))
+    rows = []
+    for seed in seeds:
+        run_dir = work / f"seed{seed}"
+        cmd = [sys.executable, "-m", "modelforge", "train", "experiment=fast", f"seed={seed}",
+               *([f"data.data_dir={args.data_dir}"] if args.data_dir else []), f"hydra.run.dir={run_dir}"]
+        seconds, _ = timed(cmd)
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        rows.append({"seed": seed, "test_acc": metrics["test/acc"], "train_time_s": metrics["train_time_s"],
+                     "command_s": seconds})
+        print(f"  seed {seed}: test/acc {metrics['test/acc']:.4f}, train {metrics['train_time_s']:.1f} s", flush=True)
+    return {"command": "python -m modelforge train experiment=fast seed=S", "rows": rows,
+            "reached": sum(r["test_acc"] >= 0.99 for r in rows),
+            "test_acc": summary([r["test_acc"] for r in rows]),
+            "train_time_s": summary([r["train_time_s"] for r in rows])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small settings: under 5 minutes on 2 cores")
+    parser.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
+    parser.add_argument("--repeats", type=int, default=None, help="pairs per comparison (default 2 quick, 3 full)")
+    parser.add_argument("--train-batches", type=int, default=None, help="overhead: training batches per epoch "
+                        "(default: 200 with --quick, else the whole epoch)")
+    parser.add_argument("--seeds", type=int, default=5, help="time_to_99: seeds 0..N-1")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--note", default="", help="conditions to record with the figures (e.g. 'idle machine')")
+    parser.add_argument("--data-dir", default=os.environ.get("MODELFORGE_DATA"),
+                        help="MNIST folder (default: $MODELFORGE_DATA, else modelforge's default)")
+    args = parser.parse_args()
+    args.repeats = args.repeats or (2 if args.quick else 3)
+    chosen = args.only or [s for s in SECTIONS if s != "time_to_99"]
+    RESULTS_DIR.mkdir(exist_ok=True)
+    sections = {"overhead": overhead, "hooks": hooks, "hotpath": hotpath, "startup": startup,
+                "time_to_99": time_to_99}
+    for name in chosen:
+        print(f"== {name}", flush=True)
+        started = time.perf_counter()
+        result = sections[name](args)
+        result.update(mode="quick" if args.quick else "full", note=args.note, seconds=round(time.perf_counter() - started, 1),
+                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        (RESULTS_DIR / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(write_results(RESULTS_DIR, HERE / "RESULTS.md"))
+
+
+if __name__ == "__main__":
+    main()

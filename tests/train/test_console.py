@@ -1,0 +1,121 @@
+"""What a run prints: quiet by default, progress in a terminal and in a file, the same record from Python."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+
+from modelforge import build_model
+from modelforge.data import MNISTDataModule
+from modelforge.train import train
+from modelforge.train.module import ClassifierModule
+from modelforge.train.progress import LineProgress, progress_bar
+from tests.data_helpers import write_mnist_idx
+from tests.train.conftest import compose_train
+
+NOISE = ("Tip", "litlogger", "deprecated", "Total FLOPs: 0", "GPU available")
+PROGRESS = re.compile(r"epoch 1/1  step (\d+)/28  loss [0-9.]+  [0-9.]+ it/s \([0-9,]+ samples/s\)  eta \d+:\d\d")
+
+
+@pytest.fixture(scope="module")
+def mnist_480(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """480 train images: with 32 for validation and batch 16, 28 steps per epoch."""
+    folder = tmp_path_factory.mktemp("mnist_480")
+    write_mnist_idx(folder, n_train=480, n_test=32)
+    return folder
+
+
+def _args(data: Path, run_dir: Path) -> list[str]:
+    return [f"data.data_dir={data}", "data.verify=false", "data.download=false", "data.val_size=32",
+            "data.batch_size=16", "trainer.accelerator=cpu", "trainer.max_epochs=1", f"hydra.run.dir={run_dir}"]
+
+
+def test_piped_train_is_quiet_and_shows_progress_as_it_goes(cli, mnist_480: Path, tmp_path: Path) -> None:
+    result = cli("train", "model=mlp", "model.hidden_sizes=[16]", *_args(mnist_480, tmp_path / "run"))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    for word in NOISE:
+        assert word not in out
+    assert re.search(r"model mlp \(MLP\): 12,730 params, 12.73 K MACs per sample", out)  # 784*16+16 + 16*10+10
+    before_metrics = out[: out.index("test/acc")]
+    steps = [int(m.group(1)) for m in PROGRESS.finditer(before_metrics)]
+    assert len(steps) >= 5 and steps == sorted(steps) and steps[-1] < 28
+    assert "epoch 1/1 done in" in before_metrics and "val/acc" in before_metrics
+    log = (tmp_path / "run" / "train.log").read_text()  # the log file shows the same progress
+    assert len(PROGRESS.findall(log)) == len(steps) and "Tip" not in log
+
+
+def test_verbose_brings_back_lightning_detail_with_true_figures(cli, mnist_480: Path, tmp_path: Path) -> None:
+    result = cli("train", "model=mlp", "model.hidden_sizes=[16]", "hydra.verbose=true",
+                 "trainer.limit_train_batches=2", *_args(mnist_480, tmp_path / "run"))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "GPU available" in out and "Total params" in out  # Lightning's banner and summary table
+    assert "Total FLOPs: 0" not in out  # its summary has an example input: FLOPs are counted
+
+
+def test_progress_is_a_bar_in_a_terminal_and_lines_elsewhere() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert isinstance(progress_bar(io.StringIO()), LineProgress)
+    assert not isinstance(progress_bar(Terminal()), LineProgress)
+
+
+def test_terminal_bar_fits_80_columns(tiny_mnist: Path) -> None:
+    pytest.importorskip("rich")
+    from modelforge.train.progress import CompactRichBar
+
+    screen = io.StringIO()
+    bar = CompactRichBar(console_kwargs={"force_terminal": True, "width": 80, "file": screen}, leave=True)
+    module = ClassifierModule(build_model({"name": "mlp", "hidden_sizes": [16]}, seed=0),
+                              config={"optim": {"name": "adam", "lr": 1e-3}, "sched": None})
+    data = MNISTDataModule(data_dir=tiny_mnist, verify=False, download=False, val_size=32, batch_size=16)
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
+                         enable_model_summary=False, callbacks=[bar])
+    trainer.fit(module, datamodule=data)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    lines = [line.rstrip() for chunk in text.split("\n") for line in chunk.split("\r") if line.strip()]
+    bars = [line for line in lines if line.startswith("epoch 2/2")]
+    assert bars and all(len(line) <= 80 for line in lines)
+    assert all(re.search(r"8/8 .* loss: \d\.\d{3}$", line) for line in bars[-1:])  # the metric on the bar's line
+    assert not [line for line in lines if line.lstrip().startswith(("loss", "val/"))]  # nothing wrapped
+
+
+def test_python_runs_leave_the_cli_record_and_run_twice(tiny_mnist: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=1",
+                        "trainer.enable_progress_bar=true")  # not a terminal here: progress lines
+    train(cfg)
+    train(cfg)  # the README snippet, run twice: a new directory each time
+    runs = sorted((tmp_path / "outputs" / "train").glob("*/*"))
+    assert len(runs) == 2
+    for run in runs:
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["status"] == "finished" and metrics["launched_from"] == "python"
+        assert metrics["run_dir"] == str(run) and Path(metrics["run_dir"]).is_absolute()
+        assert Path(metrics["config"]) == run / "config.yaml" and (run / "config.yaml").is_file()
+        assert metrics["best_ckpt"].startswith(str(run / "checkpoints"))
+        log = (run / "train.log").read_text()
+        assert "model mlp: 12,730 params" in log and "epoch 1/1 done in" in log and "Tip" not in log
+
+
+def test_resume_with_fewer_batches_replans_the_schedule(tiny_mnist: Path, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    args = ("model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=1")  # 4 steps
+    train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "first")
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    with caplog.at_level("INFO", logger="modelforge.train.module"):
+        train(compose_train(tiny_mnist, *args, "trainer.max_epochs=3", "trainer.limit_train_batches=1",
+                            f"ckpt_path={last}"), run_dir=tmp_path / "resumed")
+    metrics = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics["global_step"] == 4 + 2 * 1
+    assert "resuming at step 4 of a schedule planned for 4 steps; this run ends at step 6" in caplog.text
+    assert not (tmp_path / "resumed" / "checkpoints" / "interrupted.ckpt").exists()
