@@ -66,7 +66,11 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
     plain = load_config(cfg)
     if "name" not in plain and isinstance(plain.get("model"), Mapping):
         plain = dict(plain["model"])
-    checked = validate_model_config(plain)
+    return build_checked_model(validate_model_config(plain), seed=seed)
+
+
+def build_checked_model(checked: Any, *, seed: int | None = None) -> nn.Module:
+    """:func:`build_model` of a config that :func:`validate_model_config` returned (not checked again)."""
     values = dataclasses.asdict(checked) if dataclasses.is_dataclass(checked) else dict(checked)
     name = values.pop("name")
     init = values.pop("init", None) or {}

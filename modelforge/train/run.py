@@ -17,20 +17,21 @@ from typing import Any
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from modelforge.build import build_model, model_config_from_run, validate_model_config
+from modelforge.build import build_checked_model, build_model
 from modelforge.config import load_config
 from modelforge.errors import ConfigError
-from modelforge.hooks import build_hook_plugins, check_precision
-from modelforge.optim import validate_optim
+from modelforge.hooks import check_precision
 from modelforge.run_dir import check_run_dir_is_new
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.interrupted import INTERRUPTED_CKPT
 from modelforge.train.module import ClassifierModule
+from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.rundir import current_run_dir, write_json, write_yaml
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
+    check_trainer_options,
     format_metrics,
     hydra_overrides,
 )
@@ -50,50 +51,44 @@ class Prepared:
     ckpt: dict[str, Any] | None
 
 
-def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
-    plain = load_config(cfg)
+def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
+    run = validate_run_config(cfg)
     check_run_dir_is_new(run_dir)
-    plain["model"] = model_config_from_run(plain)
-    for key in ("enc_sizes", "dec_sizes", "activation"):
-        plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
-    validate_model_config(plain["model"])
-    validate_optim(plain.get("optim") or {}, plain.get("sched"))
-    plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
-    datamodule = build_datamodule(plain.get("data") or {})
-    ckpt = load_checkpoint(plain["ckpt_path"]) if plain.get("ckpt_path") else None
-    model = build_model(plain["model"], seed=plain.get("seed"))
+    ckpt = load_checkpoint(run.ckpt_path) if run.ckpt_path else None
+    model = build_checked_model(run.model, seed=run.seed)
     module = ClassifierModule(
         model,
-        config=plain,
-        n_classes=getattr(datamodule, "n_classes", 10),
-        label_smoothing=float(plain.get("label_smoothing") or 0.0),
-        channels_last=bool(plain.get("channels_last")),
-        compile=bool(plain.get("compile")),
+        config=run.config,
+        n_classes=getattr(run.datamodule, "n_classes", 10),
+        label_smoothing=run.label_smoothing,
+        channels_last=run.channels_last,
+        compile=run.compile,
     )
-    for plugin in plugins:  # a layer pattern that matches nothing fails now, not at fit time
-        plugin.attach(model, run_dir=run_dir).remove()
+    for plugin in run.plugins:  # a layer pattern that matches nothing fails now, not at fit time
+        plugin.targets(model)
     if ckpt is not None:
         check_fits(ckpt, module)
-    trainer = build_trainer(plain, run_dir, plugins)
-    check_precision(plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
+    trainer = build_trainer(run.config, run_dir, run.plugins)
+    check_precision(run.plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
     # Last check, as it may download: verifies (or fetches) the data files before any training.
-    datamodule.prepare_data()
-    return Prepared(plain, module, datamodule, trainer, run_dir, ckpt)
+    run.datamodule.prepare_data()
+    return Prepared(run.config, module, run.datamodule, trainer, run_dir, ckpt)
 
 
-def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> float:
+def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> float:
     """Train, test the final weights, write ``metrics.json``; return the monitored metric.
 
-    ``cfg`` is a full run config (as composed from ``conf/train.yaml``). The
+    ``cfg`` is a full run config (as composed from ``conf/train.yaml``), or a
+    RunConfig already checked by :func:`validate_run_config`. The
     return value (``cfg.monitor``, ``val/acc`` by default) is what sweepers optimize.
     """
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
-    plain = load_config(cfg)
-    if plain.get("seed") is not None:
-        pl.seed_everything(plain["seed"], workers=True, verbose=False)
-    prep = _prepare(plain, run_dir)
+    run = validate_run_config(cfg)
+    if run.seed is not None:
+        pl.seed_everything(run.seed, workers=True, verbose=False)
+    prep = _prepare(run, run_dir)
     trainer, module = prep.trainer, prep.module
-    monitor = plain.get("monitor", "val/acc")
+    monitor = run.monitor
     metrics: dict[str, Any] = {
         "status": "running",
         "overrides": hydra_overrides(),
@@ -107,7 +102,7 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
     started = time.perf_counter()
     with ddp_run_scope(trainer):  # every rank ends its process group; rank 0 reaps the others
         try:
-            trainer.fit(module, datamodule=prep.datamodule, ckpt_path=plain.get("ckpt_path"), weights_only=True)
+            trainer.fit(module, datamodule=prep.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)
             metrics.update(_scalars(trainer.callback_metrics, prefix="val/"))
             if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:
@@ -153,6 +148,7 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     if not plain.get("ckpt_path"):
         raise ConfigError("ckpt_path", "missing: which checkpoint to evaluate",
                           hint="python -m modelforge eval ckpt_path=RUN/checkpoints/last.ckpt")
+    check_trainer_options(plain.get("trainer") or {})
     ckpt = load_checkpoint(plain["ckpt_path"])
     stored = ckpt["hyper_parameters"]["config"]
     datamodule = build_datamodule(_eval_data_config(plain.get("data") or {}, stored.get("data") or {}))

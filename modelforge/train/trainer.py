@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,25 +12,12 @@ from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelChec
 from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from modelforge.errors import ConfigError, UnknownNameError, closest_names
+from modelforge.errors import ConfigError, UnknownNameError
 from modelforge.layers.kwargs import check_kwargs
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
+from modelforge.train.trainer_options import check_trainer_options  # noqa: F401 - re-exported
 
-# Set by modelforge itself; a user value would silently fight the run directory layout.
-RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
 LOGGERS = ("csv", "tensorboard")
-
-
-def check_trainer_options(options: Mapping[str, Any]) -> None:
-    """Every ``trainer.*`` key must be an argument of ``pl.Trainer`` that modelforge does not set."""
-    accepted = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self", *RESERVED_TRAINER_KEYS}
-    for key in options:
-        if key in RESERVED_TRAINER_KEYS:
-            raise ConfigError(f"trainer.{key}", "is set by modelforge",
-                              hint="choose a logger with logger=csv|tensorboard; runs go to hydra.run.dir")
-        if key not in accepted:
-            raise ConfigError(f"trainer.{key}", f"pl.Trainer takes no argument {key!r}",
-                              suggestions=closest_names(key, accepted), allowed=sorted(accepted))
 
 
 def default_precision(accelerator: str) -> str:
@@ -83,8 +69,7 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
 
 def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], for_eval: bool = False) -> pl.Trainer:
     """A Trainer whose checkpoints and logs live in ``run_dir``."""
-    options = dict(config.get("trainer") or {})
-    check_trainer_options(options)
+    options = dict(config.get("trainer") or {})  # checked by the caller (check_trainer_options)
     if options.get("precision") is None:
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger_name = None if for_eval else (config.get("logger") or {}).get("name")
@@ -92,7 +77,6 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     callbacks = [] if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
     if for_eval:
         options["enable_checkpointing"] = False
-    check_accelerator(options)
     try:
         return pl.Trainer(default_root_dir=str(run_dir), logger=logger, callbacks=callbacks, **options)
     except (MisconfigurationException, ValueError) as exc:  # Lightning's word on the options
