@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from modelforge.cli.command_line import CommandLine
 from modelforge.cli.hydra_errors import config_error
-from modelforge.cli.run_checks import ConfigRefused
+from modelforge.cli.run_checks import ConfigRefused, forget_validated
 from modelforge.errors import ModelforgeError
 from modelforge.paths import conf_dir
 
@@ -155,3 +155,4 @@ def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[st
         return EXIT_CONFIG_ERROR
     finally:
         sys.argv = saved
+        forget_validated()

@@ -51,3 +51,8 @@ class CheckBeforeRun(Callback):
 def take_validated(cfg: Any) -> Any:
     """The run config ``on_run_start`` validated for this run, else ``cfg`` as given."""
     return _validated.pop() if _validated else cfg
+
+
+def forget_validated() -> None:
+    """Drop a config that no task took (the run failed in between): it must not reach the next command."""
+    _validated.clear()
