@@ -25,9 +25,9 @@ from modelforge.optim import validate_optim
 from modelforge.train.trainer import build_datamodule
 from modelforge.train.trainer_options import check_trainer_options
 
-# What ClassifierModule logs and a checkpoint can pick the best by (train/acc only exists
-# after validation has run, so it cannot pick checkpoints).
-MONITORED_METRICS = ("val/acc", "val/loss", "train/loss")
+# What ClassifierModule logs at each validation: what picks the best checkpoint, and what
+# train() returns for sweepers.
+MONITORED_METRICS = ("val/acc", "val/loss")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pytest
     ("seed=abc", "error: seed: expected int or null, got str 'abc'\n"),
     ("label_smoothing=2", "error: label_smoothing: must be in [0, 1), got 2.0\n"),
     ("monitor=val/nope", "error: monitor: unknown metric 'val/nope'\n  did you mean 'val/loss'?\n"
-                         "  allowed: train/loss, val/acc, val/loss"),
+                         "  allowed: val/acc, val/loss"),
     ("ckpt_path=/nonexistent/last.ckpt", "error: ckpt_path: no checkpoint file at /nonexistent/last.ckpt"),
     ("optim.lr=-1", "error: optim.lr: must be positive, got -1"),
 ])
