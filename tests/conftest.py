@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
 
 @pytest.fixture
 def cli():
+    """`python -m modelforge` in a subprocess: for what needs a process of its own (signals, DDP, launchers)."""
     return run_cli
 
 
@@ -51,12 +53,17 @@ def run_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
         if cwd is not None:
             monkeypatch.chdir(cwd)
         capsys.readouterr()
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level
         try:
             code = main(list(args))
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         finally:
             GlobalHydra.instance().clear()
+            # Hydra's job logging replaced the root handlers with ones writing to this test's capture.
+            root.handlers[:] = handlers
+            root.setLevel(level)
         out, err = capsys.readouterr()
         return CliResult(code, out, err)
 

@@ -109,8 +109,8 @@ def test_launchers_run_jobs_in_other_processes(sweep, tmp_path: Path, launcher: 
     assert [r["status"] for r in read_summary(tmp_path / "sweep")] == ["finished", "finished"]
 
 
-def test_unknown_experiment_lists_the_available_ones(cli, tmp_path: Path) -> None:
-    result = cli("train", "experiment=nope", cwd=tmp_path)
+def test_unknown_experiment_lists_the_available_ones(run_main, tmp_path: Path) -> None:
+    result = run_main("train", "experiment=nope", cwd=tmp_path)
     assert result.returncode != 0 and "'nope'" in result.stderr
     assert all(name in result.stderr for name in ("activations", "enc_sizes", "fast", "seed_cnn"))
 
