@@ -53,6 +53,7 @@ def test_an_addition_is_hydras_to_make(run_main) -> None:
     assert result.returncode == 0 and "extra: 1" in result.stdout
 
 
+@pytest.mark.e2e
 def test_cli_prints_it_without_hydra_traceback(cli) -> None:
     result = cli("summary", "model=cnn", "model.enc_size=[8]")
     assert result.returncode == 2

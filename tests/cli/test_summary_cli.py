@@ -1,4 +1,4 @@
-"""`python -m modelforge summary ...` as a user runs it (real Hydra composition, subprocess)."""
+"""`python -m modelforge summary ...` as a user runs it (real Hydra composition, in process)."""
 
 from __future__ import annotations
 

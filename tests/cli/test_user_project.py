@@ -24,6 +24,8 @@ from torch import nn
 from modelforge import ACTIVATIONS, BLOCKS
 from modelforge.layers.activations import make_activation
 
+pytestmark = pytest.mark.e2e  # a user project: its own process, its own PYTHONPATH and entry points
+
 
 @ACTIVATIONS.register("square")
 class Square(nn.Module):

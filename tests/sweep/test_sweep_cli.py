@@ -11,6 +11,8 @@ import yaml
 
 from tests.sweep.conftest import read_summary
 
+pytestmark = pytest.mark.e2e  # real `python -m modelforge` processes: sweeps, launchers, DDP
+
 
 def test_two_value_sweep_gives_two_rows(sweep, tmp_path: Path) -> None:
     result = sweep("model=cnn", "enc_sizes=[8],[8,16]", "trainer.fast_dev_run=true")

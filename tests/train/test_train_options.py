@@ -38,6 +38,7 @@ def test_precision_defaults_to_float32_without_a_gpu() -> None:
     assert default_precision("cpu") == "32-true"
 
 
+@pytest.mark.e2e
 def test_two_launches_in_the_same_second_get_two_run_dirs(tiny_mnist: Path, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "modelforge", "train", "trainer.fast_dev_run=true", "model=mlp",
            "model.hidden_sizes=[8]", *tiny_cli_args(tiny_mnist)]
