@@ -17,14 +17,14 @@ import pytest
 from tests.conftest import REPO, run_cli
 from tests.data_helpers import write_mnist_idx
 
+pytestmark = pytest.mark.e2e  # a user project: its own process, its own PYTHONPATH and entry points
+
 PLUGIN = '''
 """A block and an activation for modelforge, registered on import."""
 from torch import nn
 
 from modelforge import ACTIVATIONS, BLOCKS
 from modelforge.layers.activations import make_activation
-
-pytestmark = pytest.mark.e2e  # a user project: its own process, its own PYTHONPATH and entry points
 
 
 @ACTIVATIONS.register("square")
