@@ -10,23 +10,9 @@ def _hydra_command(module: str, task: str, config_name: str) -> Callable[[list[s
     def run(argv: list[str]) -> int:
         import importlib
 
-        from modelforge.cli.group_choices import check_group_choices
         from modelforge.cli.hydra_app import run_hydra
-        from modelforge.cli.override_keys import check_override_keys
-        from modelforge.cli.run_dir_arg import check_run_dir_arg
-        from modelforge.errors import ModelforgeError
 
-        try:
-            check_group_choices(argv)
-            check_override_keys(config_name, argv)
-            if config_name == "train":
-                check_run_dir_arg(argv)
-        except ModelforgeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-
-        run_hydra(getattr(importlib.import_module(module), task), config_name, argv, f"modelforge {config_name}")
-        return 0
+        return run_hydra(getattr(importlib.import_module(module), task), config_name, argv, f"modelforge {config_name}")
 
     return run
 

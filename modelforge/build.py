@@ -68,7 +68,11 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
     if "name" not in plain and isinstance(plain.get("model"), Mapping):
         plain = dict(plain["model"])
     plain = drop_signature_defaults(plain, str(cfg) if isinstance(cfg, (str, Path)) else "model")
-    checked = validate_model_config(plain)
+    return build_checked_model(validate_model_config(plain), seed=seed)
+
+
+def build_checked_model(checked: Any, *, seed: int | None = None) -> nn.Module:
+    """:func:`build_model` of a config that :func:`validate_model_config` returned (not checked again)."""
     values = dict(checked) if isinstance(checked, Mapping) else {
         f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)  # no deep copy: plain values
     }

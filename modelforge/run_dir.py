@@ -1,11 +1,12 @@
-"""A run directory that already holds a run is never trained into: its files would be overwritten.
+"""A run directory must hold no earlier run (its files would be overwritten) and be writable.
 
-Lightning-free, so the CLI can check ``hydra.run.dir`` before Hydra (and Lightning's
-logging setup) starts.
+Lightning-free: the CLI checks ``hydra.run.dir`` in a Hydra callback, before Hydra
+creates the directory and writes its ``.hydra/`` files there.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from modelforge.errors import ConfigError
@@ -21,3 +22,21 @@ def check_run_dir_is_new(run_dir: Path) -> None:
             hint=f"pick a new directory, or resume with ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'} "
                  "(the resumed run gets a directory of its own)",
         )
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Create ``run_dir`` (a new one, or one without a run) and make sure files can be written in it.
+
+    Called once every config check has passed, right before the run starts writing there.
+    """
+    check_run_dir_is_new(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            "hydra.run.dir",
+            f"cannot write the run directory {run_dir}: {exc.strerror or exc}",
+            hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run",
+        ) from None

@@ -7,7 +7,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.e2e
 def test_entry_point_plugin_registers_a_name_usable_from_yaml(tmp_path: Path) -> None:
     # A real installed distribution: a dist-info with entry_points.txt on sys.path.
     (tmp_path / "my_acts.py").write_text(textwrap.dedent("""

@@ -1,21 +1,28 @@
-"""Running a command as a Hydra app, with modelforge's errors printed cleanly."""
+"""Running a command as a Hydra app: Hydra composes once, and its config errors become one message."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import hydra
+from hydra._internal.utils import run_and_report
 from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
+from modelforge.cli.command_line import CommandLine
+from modelforge.cli.hydra_errors import config_error
+from modelforge.cli.run_checks import ConfigRefused, forget_validated
 from modelforge.errors import ModelforgeError
 from modelforge.paths import conf_dir
 
 EXIT_CONFIG_ERROR = 2
+FULL_ERROR = "HYDRA_FULL_ERROR"
 
 
 def _register_resolvers() -> None:
@@ -37,10 +44,10 @@ class SweepJobError(CompactHydraException):
 
 
 def report_errors(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
-    """Print a ModelforgeError as one clear message and exit non-zero, without a traceback.
+    """A ModelforgeError of the task goes up to :func:`run_hydra`, which prints it.
 
-    In a sweep the error is re-raised instead, so Hydra marks that one job failed
-    and the others still run.
+    In a sweep it becomes a one-line Hydra error instead: Hydra marks that one job
+    failed and the others still run.
     """
 
     @functools.wraps(task)
@@ -48,49 +55,104 @@ def report_errors(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
         try:
             return task(cfg)
         except ModelforgeError as exc:
-            if is_multirun():
-                # Still a failure for Hydra (the sweep's summary records it), but one that
-                # Hydra prints without a traceback when it re-raises it after the batch.
-                raise SweepJobError(f"{type(exc).__name__}: {exc}") from exc
-            print(f"error: {exc}", file=sys.stderr)
-            raise SystemExit(EXIT_CONFIG_ERROR) from None
+            if not is_multirun():
+                # A SystemExit passes Hydra's job bookkeeping, which would log a traceback-like line.
+                raise ConfigRefused(exc) from None
+            # Still a failure for Hydra (the sweep's summary records it), but one that
+            # Hydra prints without a traceback when it re-raises it after the batch.
+            raise SweepJobError(f"{type(exc).__name__}: {exc}") from exc
 
     return wrapper
 
 
-def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[str], prog: str) -> Any:
-    """Run ``task`` as a Hydra app over ``argv`` (overrides and Hydra flags)."""
+@contextlib.contextmanager
+def _hydra_raises(user_value: str | None) -> Iterator[Callable[[], contextlib.AbstractContextManager]]:
+    """Have Hydra raise its errors instead of printing them (its documented HYDRA_FULL_ERROR=1).
+
+    Yields a context manager that gives the task the user's own setting back, so the
+    job and the processes it starts (DDP ranks) see the environment they were given.
+    """
+
+    def set_to(value: str | None) -> None:
+        if value is None:
+            os.environ.pop(FULL_ERROR, None)
+        else:
+            os.environ[FULL_ERROR] = value
+
+    @contextlib.contextmanager
+    def users_setting() -> Iterator[None]:
+        set_to(user_value)
+        try:
+            yield
+        finally:
+            set_to("1")
+
+    set_to("1")
+    try:
+        yield users_setting
+    finally:
+        set_to(user_value)
+
+
+def _reraise(exc: BaseException) -> None:
+    raise exc
+
+
+def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[str], prog: str) -> int:
+    """Run ``task`` as a Hydra app over ``argv`` (overrides and Hydra flags); return the exit code.
+
+    Hydra composes the config once. A config problem, from Hydra, OmegaConf or
+    modelforge, is one ``error:`` message and exit code 2; anything else is
+    reported by Hydra as usual.
+    """
     _register_resolvers()
+    cmd = CommandLine.parse(argv, config_name)
+    user_full_error = os.environ.get(FULL_ERROR)
     # Hydra parses sys.argv itself; hand it only what follows the subcommand.
     saved = sys.argv
     sys.argv = [prog, *argv]
-
-    @functools.wraps(task)
-    def with_full_argv(cfg: DictConfig) -> Any:
-        # Lightning's DDP launcher re-runs sys.argv in child processes: give it the subcommand back.
-        sys.argv = saved
-        if not is_multirun():
-            return task(cfg)
-        # In a sweep, DDP children must run this one job, and the next job needs a clean slate.
-        from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
-
-        sys.argv = sweep_job_argv(saved[: len(saved) - len(argv)])
-        with fresh_ddp_state():
-            return task(cfg)
-
     try:
-        main = hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
-        result = main(report_errors(with_full_argv))()
+        with _hydra_raises(user_full_error) as users_setting:
+            cmd.register_model_files()
+
+            @functools.wraps(task)
+            def with_full_argv(cfg: DictConfig) -> Any:
+                # Lightning's DDP launcher re-runs sys.argv in child processes: give it the subcommand back.
+                sys.argv = saved
+                with users_setting():
+                    if not is_multirun():
+                        return task(cfg)
+                    # In a sweep, DDP children must run this one job, and the next job needs a clean slate.
+                    from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
+
+                    sys.argv = sweep_job_argv(saved[: len(saved) - len(argv)])
+                    with fresh_ddp_state():
+                        return task(cfg)
+
+            main = hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
+            main(report_errors(with_full_argv))()
         from modelforge.sweep.callback import exit_if_jobs_failed
 
         exit_if_jobs_failed()  # a sweep that went on past failed jobs (Optuna) still fails the command
-        return result
-    except BaseException:
+        return 0
+    except BaseException as exc:
         # Hydra stops a sweep at its first failed job without calling the callbacks'
         # on_multirun_end: print the summary table that the finished jobs left.
         from modelforge.sweep.callback import report_unfinished_sweeps
 
         report_unfinished_sweeps()
-        raise
+        if isinstance(exc, (SystemExit, KeyboardInterrupt, SweepJobError)) and not isinstance(exc, ConfigRefused):
+            if isinstance(exc, SweepJobError):
+                run_and_report(functools.partial(_reraise, exc))  # Hydra's one line, exit 1
+            raise
+        error = exc.error if isinstance(exc, ConfigRefused) else config_error(exc, cmd)
+        if error is None:
+            if user_full_error == "1":
+                raise
+            run_and_report(functools.partial(_reraise, exc))  # Hydra's own report, exit 1
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     finally:
         sys.argv = saved
+        forget_validated()

@@ -7,6 +7,7 @@ from omegaconf import DictConfig
 
 def train_task(cfg: DictConfig) -> float:
     """Train one configuration; the returned metric is what sweepers optimize."""
+    from modelforge.cli.run_checks import take_validated
     from modelforge.train import train
 
-    return train(cfg)
+    return train(take_validated(cfg))  # checked before Hydra made the run directory

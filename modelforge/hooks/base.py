@@ -112,9 +112,7 @@ class HookPlugin(abc.ABC):
         Raises ConfigError (before any forward) when a ``layers`` pattern matches no module.
         """
         self.detach()
-        targets = select_targets(model, self.patterns(), default=self.default_targets,
-                                 path=f"{self.path}.{self.pattern_key}", needs_params=self.needs_params,
-                                 indexed=self.pattern_key == "layers")
+        targets = self.targets(model)
         handles: list[Any] = []
         try:
             self._register(targets, handles, run_dir=run_dir, logger=logger)
@@ -124,6 +122,12 @@ class HookPlugin(abc.ABC):
             raise
         self._handle = HookHandle(self, model, handles)
         return self._handle
+
+    def targets(self, model: nn.Module) -> list[Target]:
+        """The modules of ``model`` this plugin would hook; ConfigError when a ``layers`` pattern matches none."""
+        return select_targets(model, self.patterns(), default=self.default_targets,
+                              path=f"{self.path}.{self.pattern_key}", needs_params=self.needs_params,
+                              indexed=self.pattern_key == "layers")
 
     def detach(self) -> None:
         """Remove the current attachment, if any."""

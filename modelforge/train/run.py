@@ -17,14 +17,12 @@ from typing import Any
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from modelforge.build import build_model, model_config_from_run, validate_model_config
+from modelforge.build import build_checked_model, build_model
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
-from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.console import quiet_third_party, run_log
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
-from modelforge.optim import validate_optim
 from modelforge.run_dir import check_run_dir_is_new
 from modelforge.summary import describe_model
 from modelforge.train.callbacks import early_stop_summary
@@ -32,10 +30,12 @@ from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.interrupted import INTERRUPTED_CKPT
 from modelforge.train.module import ClassifierModule
+from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.rundir import current_run_dir, write_json, write_setup_failure, write_yaml
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
+    check_trainer_options,
     format_metrics,
     hydra_overrides,
 )
@@ -55,69 +55,61 @@ class Prepared:
     ckpt: dict[str, Any] | None
 
 
-def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
-    plain = load_config(cfg)
-    plain["model"] = model_config_from_run(plain)
-    for key in ("enc_sizes", "dec_sizes", "activation"):
-        plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
-    datamodule = build_datamodule(plain.get("data") or {})
-    # The model's input shape and class count follow the data unless set (and then must agree).
-    plain["model"] = fill_model_shapes(plain["model"], datamodule, explicit_model_keys(hydra_overrides()))
-    validate_model_config(plain["model"])
-    validate_optim(plain.get("optim") or {}, plain.get("sched"))
-    plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
-    ckpt = load_checkpoint(plain["ckpt_path"]) if plain.get("ckpt_path") else None
-    model = build_model(plain["model"], seed=plain.get("seed"))
+def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
+    run = validate_run_config(cfg)
+    ckpt = load_checkpoint(run.ckpt_path) if run.ckpt_path else None
+    model = build_checked_model(run.model, seed=run.seed)
     module = ClassifierModule(
         model,
-        config=plain,
-        n_classes=getattr(datamodule, "n_classes", 10),
-        label_smoothing=float(plain.get("label_smoothing") or 0.0),
-        channels_last=bool(plain.get("channels_last")),
-        compile=bool(plain.get("compile")),
+        config=run.config,
+        n_classes=getattr(run.datamodule, "n_classes", 10),
+        label_smoothing=run.label_smoothing,
+        channels_last=run.channels_last,
+        compile=run.compile,
     )
-    for plugin in plugins:  # a layer pattern that matches nothing fails now, not at fit time
-        plugin.attach(model, run_dir=run_dir).remove()
+    for plugin in run.plugins:  # a layer pattern that matches nothing fails now, not at fit time
+        plugin.targets(model)
     if ckpt is not None:
         check_fits(ckpt, module)
-    trainer = build_trainer(plain, run_dir, plugins)
-    check_precision(plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
+    trainer = build_trainer(run.config, run_dir, run.plugins)
+    check_precision(run.plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
     # Last check, as it may download: verifies (or fetches) the data files before any training.
-    datamodule.prepare_data()
-    return Prepared(plain, module, datamodule, trainer, run_dir, ckpt)
+    run.datamodule.prepare_data()
+    return Prepared(run.config, module, run.datamodule, trainer, run_dir, ckpt)
 
 
-def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> float:
+def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> float:
     """Train, test the final weights, write ``metrics.json``; return the monitored metric.
 
-    ``cfg`` is a full run config (as composed from ``conf/train.yaml``). The
+    ``cfg`` is a full run config (as composed from ``conf/train.yaml``), or a
+    RunConfig already checked by :func:`validate_run_config`. The
     return value (``cfg.monitor``, ``val/acc`` by default) is what sweepers optimize.
     """
     quiet_third_party()
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
-    plain = load_config(cfg)
     check_run_dir_is_new(run_dir)  # before anything is written there
     with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
-        return _train(plain, run_dir)
+        return _train(cfg, run_dir)
 
 
-def _train(plain: dict[str, Any], run_dir: Path) -> float:
-    if plain.get("seed") is not None:
-        pl.seed_everything(plain["seed"], workers=True, verbose=False)
+def _train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> float:
     try:
-        prep = _prepare(plain, run_dir)
+        run = validate_run_config(cfg)
+        if run.seed is not None:
+            pl.seed_everything(run.seed, workers=True, verbose=False)
+        prep = _prepare(run, run_dir)
     except BaseException as exc:  # the run directory says why it holds no run
-        record = _record(plain, run_dir)
+        record = _record(run_dir)
         del record["config"]  # config.yaml is written only for a config that passed its checks
         write_setup_failure(run_dir, exc, record)
         raise
     model = prep.module.model  # built models know their input shape; the one line replaces Lightning's table
     log.info("model %s", describe_model(model, model.input_shape, prep.config["model"].get("name")))
     trainer, module = prep.trainer, prep.module
-    monitor = plain.get("monitor", "val/acc")
+    monitor = run.monitor
     metrics: dict[str, Any] = {
         "status": "running",
-        **_record(plain, run_dir),
+        **_record(run_dir),
         "params": sum(p.numel() for p in module.model.parameters()),
         "monitor": monitor,
         "data": describe_data(prep.datamodule),
@@ -128,7 +120,7 @@ def _train(plain: dict[str, Any], run_dir: Path) -> float:
     started = time.perf_counter()
     with ddp_run_scope(trainer):  # every rank ends its process group; rank 0 reaps the others
         try:
-            trainer.fit(module, datamodule=prep.datamodule, ckpt_path=plain.get("ckpt_path"), weights_only=True)
+            trainer.fit(module, datamodule=prep.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)
             metrics.update(_scalars(trainer.callback_metrics, prefix="val/"), **early_stop_summary(trainer))
             if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:
@@ -160,7 +152,7 @@ def _under_hydra() -> bool:
     return HydraConfig.initialized()
 
 
-def _record(plain: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+def _record(run_dir: Path) -> dict[str, Any]:
     """Where a run's files are and what produced it: the CLI overrides, or (from Python) its config."""
     return {"run_dir": str(run_dir), "config": str(run_dir / "config.yaml"),
             "launched_from": "cli" if _under_hydra() else "python",
@@ -189,6 +181,7 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
         raise ConfigError("ckpt_path", "missing: which checkpoint to evaluate",
                           hint="python -m modelforge eval ckpt_path=RUN/checkpoints/last.ckpt")
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")  # e.g. hooks=[ablate] for an ablation study
+    check_trainer_options(plain.get("trainer") or {})
     ckpt = load_checkpoint(plain["ckpt_path"])
     stored = ckpt["hyper_parameters"]["config"]
     datamodule = build_datamodule(_eval_data_config(plain.get("data") or {}, stored.get("data") or {}))

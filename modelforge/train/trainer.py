@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,31 +13,12 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.console import verbose
-from modelforge.errors import ConfigError, UnknownNameError, closest_names
+from modelforge.errors import ConfigError, UnknownNameError
 from modelforge.train.callbacks import build_callbacks
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
 from modelforge.train.loggers import build_loggers
 from modelforge.train.progress import progress_bar
-
-# Set by modelforge itself; a user value would silently fight the run directory layout.
-RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
-_RESERVED_HINTS = {
-    "logger": "choose loggers with the logger group: logger=csv, logger=[csv,tensorboard]",
-    "callbacks": "add Lightning callbacks with the callbacks group: callbacks=[early_stopping,lr_monitor]",
-    "default_root_dir": "runs go to hydra.run.dir",
-}
-
-
-def check_trainer_options(options: Mapping[str, Any]) -> None:
-    """Every ``trainer.*`` key must be an argument of ``pl.Trainer`` that modelforge does not set."""
-    accepted = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self", *RESERVED_TRAINER_KEYS}
-    for key in options:
-        if key in RESERVED_TRAINER_KEYS:
-            raise ConfigError(f"trainer.{key}", "is set by modelforge",
-                              hint=_RESERVED_HINTS[key])
-        if key not in accepted:
-            raise ConfigError(f"trainer.{key}", f"pl.Trainer takes no argument {key!r}",
-                              suggestions=closest_names(key, accepted), allowed=sorted(accepted))
+from modelforge.train.trainer_options import check_trainer_options  # noqa: F401 - re-exported
 
 
 def default_precision(accelerator: str) -> str:
@@ -73,8 +53,7 @@ def _hooks(plugins: Sequence[Any], run_dir: Path) -> list[Callback]:
 
 def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], for_eval: bool = False) -> pl.Trainer:
     """A Trainer whose checkpoints and logs live in ``run_dir``."""
-    options = dict(config.get("trainer") or {})
-    check_trainer_options(options)
+    options = dict(config.get("trainer") or {})  # checked by the caller (check_trainer_options)
     if options.get("precision") is None:
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
@@ -85,7 +64,6 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
         options["enable_model_summary"] = verbose()  # modelforge logs a one-line description instead
     if for_eval:
         options["enable_checkpointing"] = False
-    check_accelerator(options)
     try:
         return pl.Trainer(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks, **options)
     except (MisconfigurationException, ValueError) as exc:  # Lightning's word on the options

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-def test_help_names_commands_and_config_groups(cli) -> None:
-    result = cli("--help")
+def test_help_names_commands_and_config_groups(run_main) -> None:
+    result = run_main("--help")
     assert result.returncode == 0
     for word in ("train", "eval", "summary", "list", "model", "cnn, graph, graph_nn, mlp, seed_cnn", "optim", "hooks"):
         assert word in result.stdout
@@ -13,20 +13,20 @@ def test_help_names_commands_and_config_groups(cli) -> None:
     assert "hydra/launcher" in groups
 
 
-def test_unknown_command_suggests(cli) -> None:
-    result = cli("sumary", "model=cnn")
+def test_unknown_command_suggests(run_main) -> None:
+    result = run_main("sumary", "model=cnn")
     assert result.returncode == 2 and "did you mean 'summary'" in result.stderr
 
 
-def test_list_everything(cli) -> None:
-    result = cli("list")
+def test_list_everything(run_main) -> None:
+    result = run_main("list")
     assert result.returncode == 0
     for header in ("activations:", "blocks:", "models:", "initializers:", "hooks:", "optimizers:", "schedulers:"):
         assert header in result.stdout
 
 
-def test_list_one_registry_with_descriptions(cli) -> None:
-    result = cli("list", "activations")
+def test_list_one_registry_with_descriptions(run_main) -> None:
+    result = run_main("list", "activations")
     lines = result.stdout.splitlines()
     assert lines[0].startswith("activations:")
     names = [line.split()[0] for line in lines[1:]]
@@ -35,12 +35,12 @@ def test_list_one_registry_with_descriptions(cli) -> None:
     assert "conv" not in names
 
 
-def test_list_glob(cli) -> None:
-    result = cli("list", "blocks", "conv*")
+def test_list_glob(run_main) -> None:
+    result = run_main("list", "blocks", "conv*")
     assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["conv"]
 
 
-def test_list_unknown_registry(cli) -> None:
-    result = cli("list", "activation")
+def test_list_unknown_registry(run_main) -> None:
+    result = run_main("list", "activation")
     assert result.returncode != 0 and "did you mean 'activations'" in result.stderr
     assert "Traceback" not in result.stderr

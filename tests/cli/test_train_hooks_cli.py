@@ -18,8 +18,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return tiny_cli_args(folder)
 
 
-def test_verbose_prints_each_encoder_layer_with_its_shape(cli, tiny: list[str], tmp_path: Path) -> None:
-    result = cli("train", "model=cnn", "enc_sizes=[32,64]", "hooks=[verbose]", "trainer.fast_dev_run=true",
+def test_verbose_prints_each_encoder_layer_with_its_shape(run_main, tiny: list[str], tmp_path: Path) -> None:
+    result = run_main("train", "model=cnn", "enc_sizes=[32,64]", "hooks=[verbose]", "trainer.fast_dev_run=true",
                  *tiny, f"hydra.run.dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-2000:]
     for name, shape in [("encoder.0.conv", "[32, 32, 28, 28]"), ("encoder.0.pool", "[32, 32, 14, 14]"),
@@ -27,8 +27,8 @@ def test_verbose_prints_each_encoder_layer_with_its_shape(cli, tiny: list[str], 
         assert re.search(rf"{re.escape(name)}\s+\w+\s+-> {re.escape(shape)}", result.stdout), name
 
 
-def test_feature_capture_saves_pngs_in_the_run_dir(cli, tiny: list[str], tmp_path: Path) -> None:
-    result = cli("train", "model=cnn", "enc_sizes=[8,16]", "hooks=[feature_capture]",
+def test_feature_capture_saves_pngs_in_the_run_dir(run_main, tiny: list[str], tmp_path: Path) -> None:
+    result = run_main("train", "model=cnn", "enc_sizes=[8,16]", "hooks=[feature_capture]",
                  "hooks.feature_capture.layers=[encoder.*]", "hooks.feature_capture.save_images=true",
                  "trainer.fast_dev_run=true", *tiny, f"hydra.run.dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -36,8 +36,8 @@ def test_feature_capture_saves_pngs_in_the_run_dir(cli, tiny: list[str], tmp_pat
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
-def test_pattern_matching_nothing_lists_real_layer_names(cli, tiny: list[str], tmp_path: Path) -> None:
-    result = cli("train", "model=cnn", "enc_sizes=[8,16]", "hooks=[feature_capture]",
+def test_pattern_matching_nothing_lists_real_layer_names(run_main, tiny: list[str], tmp_path: Path) -> None:
+    result = run_main("train", "model=cnn", "enc_sizes=[8,16]", "hooks=[feature_capture]",
                  "hooks.feature_capture.layers=[nope.*]", "trainer.fast_dev_run=true", *tiny,
                  f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2
@@ -50,6 +50,6 @@ def test_pattern_matching_nothing_lists_real_layer_names(cli, tiny: list[str], t
     (["model=cnnn"], "model: unknown model option 'cnnn'\n  did you mean 'cnn'?"),
     (["optim=adamm"], "optim: unknown optim option 'adamm'\n  did you mean 'adam'?"),
 ])
-def test_unknown_group_option_suggests(cli, args: list[str], message: str) -> None:
-    result = cli("summary", *args)
+def test_unknown_group_option_suggests(run_main, args: list[str], message: str) -> None:
+    result = run_main("summary", *args)
     assert result.returncode == 2 and message in result.stderr, result.stderr

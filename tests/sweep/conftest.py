@@ -6,6 +6,7 @@ import csv
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,5 +38,16 @@ def sweep(cli, tmp_path: Path, tiny_args: list[str]) -> Callable[..., subprocess
     def run(*args: str, sweep_dir: Path | None = None) -> subprocess.CompletedProcess:
         target = sweep_dir or tmp_path / "sweep"
         return cli("train", "-m", *args, *tiny_args, f"hydra.sweep.dir={target}", cwd=tmp_path)
+
+    return run
+
+
+@pytest.fixture
+def sweep_here(run_main, tmp_path: Path, tiny_args: list[str]) -> Callable[..., Any]:
+    """`train -m ARGS` as :func:`sweep` does, in this process (Hydra's basic launcher runs jobs here anyway)."""
+
+    def run(*args: str, sweep_dir: Path | None = None) -> Any:
+        target = sweep_dir or tmp_path / "sweep"
+        return run_main("train", "-m", *args, *tiny_args, f"hydra.sweep.dir={target}", cwd=tmp_path)
 
     return run

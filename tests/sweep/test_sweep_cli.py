@@ -1,4 +1,5 @@
-"""Real sweeps as subprocesses, one fast_dev_run step per job on tiny generated data."""
+"""Real sweeps, one fast_dev_run step per job on tiny generated data: in process where Hydra's basic
+launcher runs the jobs here anyway, as subprocesses (e2e) for launchers, DDP and Optuna's failures."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import yaml
 from tests.sweep.conftest import read_summary
 
 
-def test_two_value_sweep_gives_two_rows(sweep, tmp_path: Path) -> None:
-    result = sweep("model=cnn", "enc_sizes=[8],[8,16]", "trainer.fast_dev_run=true")
+def test_two_value_sweep_gives_two_rows(sweep_here, tmp_path: Path) -> None:
+    result = sweep_here("model=cnn", "enc_sizes=[8],[8,16]", "trainer.fast_dev_run=true")
     assert result.returncode == 0, result.stderr[-2000:]
     rows = read_summary(tmp_path / "sweep")
     assert sorted(r["overrides"] for r in rows) == ["enc_sizes=[8,16]", "enc_sizes=[8]"]
@@ -26,8 +27,8 @@ def test_two_value_sweep_gives_two_rows(sweep, tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
-def test_bad_value_fails_its_job_only(sweep, tmp_path: Path) -> None:
-    result = sweep("model=cnn", "enc_sizes=[8],[8,-1]", "trainer.fast_dev_run=true")
+def test_bad_value_fails_its_job_only(sweep_here, tmp_path: Path) -> None:
+    result = sweep_here("model=cnn", "enc_sizes=[8],[8,-1]", "trainer.fast_dev_run=true")
     assert result.returncode != 0
     rows = {r["overrides"]: r for r in read_summary(tmp_path / "sweep")}
     assert rows["enc_sizes=[8]"]["status"] == "finished" and float(rows["enc_sizes=[8]"]["test/acc"]) >= 0
@@ -44,11 +45,11 @@ def test_bad_value_fails_its_job_only(sweep, tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Deprecated API features detected")  # optuna 2.x on SQLAlchemy 1.4
-def test_optuna_search_and_its_continuation(sweep, tmp_path: Path) -> None:
+def test_optuna_search_and_its_continuation(sweep_here, tmp_path: Path) -> None:
     import optuna
 
     sweep_dir = tmp_path / "sweep"
-    first = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=3", "trainer.fast_dev_run=true")
+    first = sweep_here("hparams_search=optuna", "hydra.sweeper.n_trials=3", "trainer.fast_dev_run=true")
     assert first.returncode == 0, first.stderr[-2000:]
     rows = read_summary(sweep_dir)
     assert len(rows) == 3 and {r["status"] for r in rows} == {"finished"}
@@ -60,7 +61,7 @@ def test_optuna_search_and_its_continuation(sweep, tmp_path: Path) -> None:
         assert config["model"]["activation"] == swept["activation"]
 
     # Started again on the same sweep dir: the stored study goes on, with new points.
-    again = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=2", "trainer.fast_dev_run=true")
+    again = sweep_here("hparams_search=optuna", "hydra.sweeper.n_trials=2", "trainer.fast_dev_run=true")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "continuing Optuna study 'modelforge': 3 trials stored" in again.stdout + again.stderr
     study = optuna.load_study(study_name="modelforge", storage=f"sqlite:///{sweep_dir}/optuna.db")
@@ -69,6 +70,7 @@ def test_optuna_search_and_its_continuation(sweep, tmp_path: Path) -> None:
     assert len(set(params)) == 5  # the continued search did not repeat the first trials
 
 
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:Deprecated API features detected")
 def test_a_failed_optuna_trial_does_not_stop_the_search(sweep, tmp_path: Path) -> None:
     result = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=4", "trainer.fast_dev_run=true",
@@ -83,6 +85,7 @@ def test_a_failed_optuna_trial_does_not_stop_the_search(sweep, tmp_path: Path) -
     assert all(job in result.stderr for job in failed)
 
 
+@pytest.mark.e2e
 def test_ddp_cpu_writes_one_run(cli, tmp_path: Path, tiny_args: list[str]) -> None:
     run_dir = tmp_path / "run"
     result = cli("train", "trainer=ddp_cpu", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
@@ -102,6 +105,7 @@ def test_ddp_cpu_writes_one_run(cli, tmp_path: Path, tiny_args: list[str]) -> No
     (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], "Joblib.Parallel(n_jobs=2"),
     (["hydra/launcher=submitit_local"], "Submitit 'local' sweep output dir"),  # the SLURM launcher's code path
 ])
+@pytest.mark.e2e
 def test_launchers_run_jobs_in_other_processes(sweep, tmp_path: Path, launcher: list[str], says: str) -> None:
     result = sweep(*launcher, "enc_sizes=[8],[4]", "trainer.fast_dev_run=true")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -109,18 +113,19 @@ def test_launchers_run_jobs_in_other_processes(sweep, tmp_path: Path, launcher: 
     assert [r["status"] for r in read_summary(tmp_path / "sweep")] == ["finished", "finished"]
 
 
-def test_unknown_experiment_lists_the_available_ones(cli, tmp_path: Path) -> None:
-    result = cli("train", "experiment=nope", cwd=tmp_path)
+def test_unknown_experiment_lists_the_available_ones(run_main, tmp_path: Path) -> None:
+    result = run_main("train", "experiment=nope", cwd=tmp_path)
     assert result.returncode != 0 and "'nope'" in result.stderr
     assert all(name in result.stderr for name in ("activations", "enc_sizes", "fast", "seed_cnn"))
 
 
-def test_an_experiment_sweeps_its_own_params(sweep, tmp_path: Path) -> None:
-    result = sweep("experiment=activations", "trainer.fast_dev_run=true", "activation=relu,tanh")  # the command line wins
+def test_an_experiment_sweeps_its_own_params(sweep_here, tmp_path: Path) -> None:
+    result = sweep_here("experiment=activations", "trainer.fast_dev_run=true", "activation=relu,tanh")  # the command line wins
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(r["overrides"] for r in read_summary(tmp_path / "sweep")) == ["activation=relu", "activation=tanh"]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_every_experiment_runs(sweep, tmp_path: Path) -> None:
     result = sweep("experiment=glob(*)", "trainer.fast_dev_run=true")
@@ -129,6 +134,7 @@ def test_every_experiment_runs(sweep, tmp_path: Path) -> None:
     assert sorted(r["overrides"] for r in rows) == [f"experiment={n}" for n in ("activations", "enc_sizes", "fast", "seed_cnn")]
 
 
+@pytest.mark.e2e
 def test_ddp_jobs_in_a_sweep_share_nothing_but_the_sweep(sweep, tmp_path: Path) -> None:
     result = sweep("trainer=ddp_cpu", "enc_sizes=[8],[4]", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
                    "trainer.limit_val_batches=1", "trainer.limit_test_batches=1")

@@ -35,10 +35,10 @@ def earlier_run(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return run_dir
 
 
-def test_empty_data_dir_offline_names_the_file_and_data_dir(cli, tmp_path: Path) -> None:
+def test_empty_data_dir_offline_names_the_file_and_data_dir(run_main, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = cli("train", "model=cnn", f"data.data_dir={empty}", "data.mirrors=[http://127.0.0.1:9/]",
+    result = run_main("train", "model=cnn", f"data.data_dir={empty}", "data.mirrors=[http://127.0.0.1:9/]",
                  f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode != 0
     assert "train-images-idx3-ubyte" in result.stderr and "data_dir" in result.stderr
@@ -115,25 +115,25 @@ def test_reusing_a_run_dir_is_refused_and_leaves_it_alone(earlier_run: Path, tin
     assert _snapshot(earlier_run) == before
 
 
-def test_cli_refuses_a_run_dir_that_holds_a_run_before_hydra_writes_there(cli, tiny_mnist: Path,
+def test_cli_refuses_a_run_dir_that_holds_a_run_before_hydra_writes_there(run_main, tiny_mnist: Path,
                                                                           tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = ("train", "model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true", *tiny_cli_args(tiny_mnist),
             f"hydra.run.dir={run}")
-    assert cli(*args).returncode == 0
+    assert run_main(*args).returncode == 0
     before = _snapshot(run)
     assert (run / ".hydra" / "overrides.yaml") in before
-    again = cli(*args[:-1], "optim.lr=0.5", f"hydra.run.dir={run}")  # other overrides: other .hydra files
+    again = run_main(*args[:-1], "optim.lr=0.5", f"hydra.run.dir={run}")  # other overrides: other .hydra files
     assert again.returncode == 2 and "already holds a run" in again.stderr and "Traceback" not in again.stderr
     assert _snapshot(run) == before
 
 
-def test_cli_bad_lr_exits_non_zero_without_traceback(cli, tiny_mnist: Path, tmp_path: Path) -> None:
-    result = cli("train", *tiny_cli_args(tiny_mnist), "optim.lr=-1", f"hydra.run.dir={tmp_path}")
+def test_cli_bad_lr_exits_non_zero_without_traceback(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
+    result = run_main("train", *tiny_cli_args(tiny_mnist), "optim.lr=-1", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2
     assert "optim.lr: must be positive, got -1" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_eval_of_missing_checkpoint(cli, tmp_path: Path) -> None:
-    result = cli("eval", "ckpt_path=/nonexistent.ckpt", f"hydra.run.dir={tmp_path}")
+def test_eval_of_missing_checkpoint(run_main, tmp_path: Path) -> None:
+    result = run_main("eval", "ckpt_path=/nonexistent.ckpt", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2 and "no checkpoint file at /nonexistent.ckpt" in result.stderr

@@ -38,6 +38,7 @@ def test_precision_defaults_to_float32_without_a_gpu() -> None:
     assert default_precision("cpu") == "32-true"
 
 
+@pytest.mark.e2e
 def test_two_launches_in_the_same_second_get_two_run_dirs(tiny_mnist: Path, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "modelforge", "train", "trainer.fast_dev_run=true", "model=mlp",
            "model.hidden_sizes=[8]", *tiny_cli_args(tiny_mnist)]
@@ -84,13 +85,13 @@ def test_compile_trains_with_the_same_state_dict_keys(tiny_mnist: Path, tmp_path
         torch.testing.assert_close(compiled[key], eager[key], rtol=1e-3, atol=1e-4)
 
 
-def test_cli_eval_uses_the_data_settings_the_model_was_trained_with(cli, tiny_mnist: Path, tmp_path: Path) -> None:
+def test_cli_eval_uses_the_data_settings_the_model_was_trained_with(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    trained = cli("train", "model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=1", "data.normalize=false",
+    trained = run_main("train", "model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=1", "data.normalize=false",
                   *tiny_cli_args(tiny_mnist), f"hydra.run.dir={run}")
     assert trained.returncode == 0, trained.stderr[-2000:]
     # Neither data_dir nor normalize repeated: both come from the checkpoint's config.
-    evaluated = cli("eval", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "trainer.enable_progress_bar=false",
+    evaluated = run_main("eval", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "trainer.enable_progress_bar=false",
                     f"hydra.run.dir={tmp_path / 'eval'}")
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     recorded = json.loads((run / "metrics.json").read_text())

@@ -1,0 +1,58 @@
+"""The run config is validated before Hydra creates the run directory (a Hydra callback).
+
+``Hydra.run`` composes the config, calls the callbacks' ``on_run_start``, and only
+then (in ``run_job``) creates ``hydra.run.dir`` and writes ``.hydra/`` there. So
+a bad value, or a run directory that already holds a run or cannot be written,
+is refused here and leaves no directory behind and no earlier file changed.
+The validated config is handed to the task, which does not validate it again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from modelforge.errors import ModelforgeError
+
+
+class ConfigRefused(SystemExit):
+    """Raised from a Hydra callback, whose ``Exception``s Hydra turns into warnings; exit code 2."""
+
+    def __init__(self, error: ModelforgeError) -> None:
+        super().__init__(2)
+        self.error = error
+
+
+_validated: list[Any] = []  # the run config checked by on_run_start, for the task of this run
+
+
+class CheckBeforeRun(Callback):
+    """``on_run_start``: validate the run config and the run directory (single runs; sweep jobs check their own)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from modelforge.train.run_config import validate_run_config
+        from modelforge.run_dir import prepare_run_dir
+
+        # As run_job does first thing: lets ${hydra:...} in the task config resolve.
+        HydraConfig.instance().set_config(config)
+        try:
+            task_cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+            run_config = validate_run_config(task_cfg)
+            prepare_run_dir(Path(str(OmegaConf.select(config, "hydra.run.dir"))))
+        except ModelforgeError as exc:
+            raise ConfigRefused(exc) from None
+        _validated[:] = [run_config]
+
+
+def take_validated(cfg: Any) -> Any:
+    """The run config ``on_run_start`` validated for this run, else ``cfg`` as given."""
+    return _validated.pop() if _validated else cfg
+
+
+def forget_validated() -> None:
+    """Drop a config that no task took (the run failed in between): it must not reach the next command."""
+    _validated.clear()

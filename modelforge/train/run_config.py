@@ -1,0 +1,95 @@
+"""One typed run config, validated once, before any work: what ``train()`` hands to the builders.
+
+:func:`validate_run_config` reads a composed ``train`` config once (one conversion
+to plain containers) and checks every part of it: model, optimizer and schedule,
+hook plugins, data options, each ``trainer.*`` value against its ``pl.Trainer``
+type, and the top-level keys. Nothing is read from disk and nothing is written,
+so the CLI runs it before Hydra creates the run directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from omegaconf import DictConfig
+
+from modelforge.build import model_config_from_run, validate_model_config
+from modelforge.config import MODEL_SHORTCUTS, check_type, load_config, require_probability
+from modelforge.errors import CheckpointError, UnknownNameError
+from modelforge.hooks import HookPlugin, build_hook_plugins
+from modelforge.optim import validate_optim
+from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
+from modelforge.train.trainer import build_datamodule, hydra_overrides
+from modelforge.train.trainer_options import check_trainer_options
+
+# What ClassifierModule logs at each validation: what picks the best checkpoint, and what
+# train() returns for sweepers.
+MONITORED_METRICS = ("val/acc", "val/loss")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A checked ``train`` config and the objects built from it.
+
+    ``config`` is the run config as plain containers with the model shortcuts
+    merged into ``model``: what ``config.yaml`` and checkpoints store.
+    """
+
+    config: dict[str, Any]
+    model: Any  # the model config as validate_model_config returned it
+    plugins: list[HookPlugin]
+    datamodule: pl.LightningDataModule
+    seed: int | None
+    monitor: str
+    label_smoothing: float
+    channels_last: bool
+    compile: bool
+    ckpt_path: str | None
+
+
+def _typed(plain: Mapping[str, Any], key: str, tp: Any, default: Any) -> Any:
+    value = plain.get(key, default)
+    check_type(value, tp, key)
+    return value
+
+
+def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunConfig:
+    """Check a whole run config; a RunConfig is returned as is (it was checked when made)."""
+    if isinstance(cfg, RunConfig):
+        return cfg
+    plain = load_config(cfg)
+    seed = _typed(plain, "seed", int | None, None)
+    label_smoothing = float(_typed(plain, "label_smoothing", float, 0.0))
+    require_probability(label_smoothing, "label_smoothing")
+    monitor = _typed(plain, "monitor", str, "val/acc")
+    if monitor not in MONITORED_METRICS:
+        raise UnknownNameError("metric", monitor, MONITORED_METRICS, path="monitor")
+    ckpt_path = _typed(plain, "ckpt_path", str | None, None)
+    if ckpt_path is not None and not Path(ckpt_path).expanduser().is_file():
+        raise CheckpointError(f"ckpt_path: no checkpoint file at {Path(ckpt_path).expanduser()}")
+    datamodule = build_datamodule(plain.get("data") or {})
+    # The model's input shape and class count follow the data unless set (and then must agree).
+    plain["model"] = fill_model_shapes(model_config_from_run(plain), datamodule,
+                                       explicit_model_keys(hydra_overrides()))
+    for key in MODEL_SHORTCUTS:
+        plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
+    model = validate_model_config(plain["model"])
+    validate_optim(plain.get("optim") or {}, plain.get("sched"))
+    plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
+    check_trainer_options(plain.get("trainer") or {})
+    return RunConfig(
+        config=plain,
+        model=model,
+        plugins=plugins,
+        datamodule=datamodule,
+        seed=seed,
+        monitor=monitor,
+        label_smoothing=label_smoothing,
+        channels_last=bool(_typed(plain, "channels_last", bool, False)),
+        compile=bool(_typed(plain, "compile", bool, False)),
+        ckpt_path=ckpt_path,
+    )

@@ -1,0 +1,45 @@
+"""``trainer.*`` options checked against ``pl.Trainer.__init__``: its argument names and their types."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import pytorch_lightning as pl
+
+from modelforge.config import check_type
+from modelforge.errors import ConfigError, closest_names
+
+# Set by modelforge itself; a user value would silently fight the run directory layout.
+RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
+_RESERVED_HINTS = {
+    "logger": "choose loggers with the logger group: logger=csv, logger=[csv,tensorboard]",
+    "callbacks": "add Lightning callbacks with the callbacks group: callbacks=[early_stopping,lr_monitor]",
+    "default_root_dir": "runs go to hydra.run.dir",
+}
+
+
+@functools.cache
+def trainer_argument_types() -> dict[str, Any]:
+    """Each ``pl.Trainer`` argument a config may set, with its annotation (from the installed Lightning)."""
+    names = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self", *RESERVED_TRAINER_KEYS}
+    hints = typing.get_type_hints(pl.Trainer.__init__)
+    return {name: hints.get(name, Any) for name in sorted(names)}
+
+
+def check_trainer_options(options: Mapping[str, Any]) -> None:
+    """Every ``trainer.*`` key must be a ``pl.Trainer`` argument modelforge does not set, of its type."""
+    from modelforge.train.trainer import check_accelerator
+
+    accepted = trainer_argument_types()
+    for key, value in options.items():
+        if key in RESERVED_TRAINER_KEYS:
+            raise ConfigError(f"trainer.{key}", "is set by modelforge", hint=_RESERVED_HINTS[key])
+        if key not in accepted:
+            raise ConfigError(f"trainer.{key}", f"pl.Trainer takes no argument {key!r}",
+                              suggestions=closest_names(key, accepted), allowed=sorted(accepted))
+        check_type(value, accepted[key], f"trainer.{key}")
+    check_accelerator(options)

@@ -1,0 +1,61 @@
+"""Hydra composes once; its refusals become one message with the closest name (real Hydra, in process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["train", "trainer.max_epoch=2"],
+     "error: trainer.max_epoch: no key 'max_epoch' at 'trainer'\n  did you mean 'max_epochs'?"),
+    (["train", "enc_size=[8]"], "error: enc_size: no key 'enc_size' at the top level of the config\n"
+                                "  did you mean 'enc_sizes'?"),
+    (["train", "model=mlp", "model.enc_sizes=[8]"], "allowed: activation, dropout, hidden_sizes"),
+    (["train", "hooks.grad_clip.value=0.1"],
+     "hint: hooks is a config group: select the option first, e.g. hooks=[grad_clip]"),
+    (["train", "hooks=[verbose]", "hooks.grad_clip.value=0.1"],
+     "hint: 'grad_clip' is an option of the hooks group: select it first, e.g. hooks=[grad_clip]"),
+    (["summary", "model.foo=1"], "hint: to add a key that is not in the config, write +model.foo=..."),
+    (["summary", "model=cnnn"], "error: model: unknown model option 'cnnn'\n  did you mean 'cnn'?\n"
+                                "  allowed: cnn, graph, mlp, seed_cnn"),
+    (["summary", "hooks=[verbose,grad_clipp]"], "error: hooks: unknown hooks option 'grad_clipp'\n"
+                                                "  did you mean 'grad_clip'?"),
+    (["summary", "optim=adamm"], "error: optim: unknown optim option 'adamm'\n  did you mean 'adam'?"),
+    (["summary", "optim=adam"], "error: optim: the summary config has no optim group in its defaults\n"
+                                "  hint: +optim=adam adds it"),
+    (["summary", "+model=mlp"], "error: model: the summary config already picks a model option"),
+    (["summary", "seed=[1"], "error: seed=[1: no viable alternative at input '[1'"),
+    (["summary", "model=no/such/file.yaml"], "error: model: no model file 'no/such/file.yaml'"),
+    (["train", "experiment=fastt"], "error: experiment: unknown experiment option 'fastt'\n  did you mean 'fast'?"),
+])
+def test_bad_override_is_one_message_with_exit_2(run_main, args: list[str], message: str) -> None:
+    result = run_main(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr, result.stderr
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert "not in struct" not in result.stderr and "Config search path" not in result.stderr
+
+
+def test_options_of_a_user_config_dir_are_suggested(run_main, tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "my_model.yaml").write_text("name: mlp\nhidden_sizes: [8]\n")
+    for flags in (["--config-dir", str(tmp_path)], [f"hydra.searchpath=[file://{tmp_path}]"]):
+        result = run_main("summary", *flags, "model=my_modle")
+        assert result.returncode == 2
+        assert "error: model: unknown model option 'my_modle'\n  did you mean 'my_model'?" in result.stderr
+        assert "allowed: cnn, graph, mlp, my_model, seed_cnn" in result.stderr
+
+
+def test_an_addition_is_hydras_to_make(run_main) -> None:
+    result = run_main("summary", "+model.extra=1", "--cfg", "job")
+    assert result.returncode == 0 and "extra: 1" in result.stdout
+
+
+@pytest.mark.e2e
+def test_cli_prints_it_without_hydra_traceback(cli) -> None:
+    result = cli("summary", "model=cnn", "model.enc_size=[8]")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: model.enc_size: no key 'enc_size' at 'model'\n  did you mean 'enc_sizes'?")
+    assert "not in struct" not in result.stderr and "Traceback" not in result.stderr
