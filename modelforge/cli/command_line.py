@@ -19,10 +19,11 @@ from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from modelforge.errors import ConfigError
 from modelforge.paths import conf_dir
+from modelforge.yaml_safety import check_yaml_file, load_yaml_file
 
 MODEL_FILE_SUFFIXES = (".yaml", ".yml")
 
@@ -62,6 +63,22 @@ class CommandLine:
         except Exception:  # noqa: BLE001 - a search path Hydra could not read lists nothing
             return []
 
+    def user_config_dirs(self) -> list[Path]:
+        """The user's own config folders: ``--config-dir`` and ``file://`` entries of ``hydra.searchpath``."""
+        dirs = [self.config_dir] if self.config_dir else []
+        for override in self.overrides:
+            if override.key_or_group == "hydra.searchpath" and not override.is_sweep_override():
+                value = override.value()
+                dirs += [str(v) for v in (value if isinstance(value, list) else [value])]
+        folders = [Path(d.removeprefix("file://")).expanduser() for d in dirs if "://" not in d or d.startswith("file://")]
+        return [f for f in folders if f.is_dir()]
+
+    def check_user_yaml(self) -> None:
+        """Bound every YAML file of the user's config folders (alias bombs, parse errors) before Hydra reads them."""
+        for folder in self.user_config_dirs():
+            for path in sorted(folder.rglob("*.y*ml")):
+                check_yaml_file(path)
+
     def register_model_files(self) -> None:
         """Make ``model=path/to/file.yaml`` load that file, as an option of the model group.
 
@@ -87,9 +104,7 @@ def _values(override: Override) -> list[object]:
 
 def load_model_file(path: Path) -> DictConfig:
     """Read a user's model YAML file."""
-    # USER-YAML CHECK: the single place where a user's model file is read; the guard against
-    # oversized / alias-bomb YAML (issue 9, models/registry helper) is to be called here.
-    cfg = OmegaConf.load(path)
+    cfg = load_yaml_file(path)  # bounded: an alias bomb or a syntax error is one ConfigError
     if not isinstance(cfg, DictConfig):
         raise ConfigError("model", f"{path} must hold a mapping (name: ..., ...), got a {type(cfg).__name__}")
     return cfg

@@ -113,6 +113,7 @@ def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[st
     sys.argv = [prog, *argv]
     try:
         with _hydra_raises(user_full_error) as users_setting:
+            cmd.check_user_yaml()
             cmd.register_model_files()
 
             @functools.wraps(task)
