@@ -44,6 +44,7 @@ def run_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     Much faster than a subprocess; Hydra clears its global state after each command.
     """
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
     from modelforge.__main__ import main
 
@@ -61,6 +62,7 @@ def run_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
             code = exc.code if isinstance(exc.code, int) else 1
         finally:
             GlobalHydra.instance().clear()
+            HydraConfig.instance().cfg = None  # as after a real process: a later train() is not "under Hydra"
             # Hydra's job logging replaced the root handlers with ones writing to this test's capture.
             root.handlers[:] = handlers
             root.setLevel(level)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,21 +89,29 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     quiet_third_party()
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
     check_run_dir_is_new(run_dir)  # before anything is written there
-    with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
-        return _train(cfg, run_dir)
-
-
-def _train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> float:
-    try:
+    with _recorded_setup_failure(run_dir):  # a bad config creates no run directory
         run = validate_run_config(cfg)
-        if run.seed is not None:
-            pl.seed_everything(run.seed, workers=True, verbose=False)
-        prep = _prepare(run, run_dir)
-    except BaseException as exc:  # the run directory says why it holds no run
+    with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
+        return _train(run, run_dir)
+
+
+@contextmanager
+def _recorded_setup_failure(run_dir: Path) -> Iterator[None]:
+    """A failure before training leaves the run directory (where there is one) a metrics.json saying why."""
+    try:
+        yield
+    except BaseException as exc:
         record = _record(run_dir)
         del record["config"]  # config.yaml is written only for a config that passed its checks
         write_setup_failure(run_dir, exc, record)
         raise
+
+
+def _train(run: RunConfig, run_dir: Path) -> float:
+    with _recorded_setup_failure(run_dir):
+        if run.seed is not None:
+            pl.seed_everything(run.seed, workers=True, verbose=False)
+        prep = _prepare(run, run_dir)
     model = prep.module.model  # built models know their input shape; the one line replaces Lightning's table
     log.info("model %s", describe_model(model, model.input_shape, prep.config["model"].get("name")))
     trainer, module = prep.trainer, prep.module
@@ -187,7 +196,9 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     datamodule = build_datamodule(_eval_data_config(plain.get("data") or {}, stored.get("data") or {}))
     datamodule.prepare_data()
     model = build_model(stored["model"])
-    module = ClassifierModule(model, config=stored, n_classes=getattr(datamodule, "n_classes", 10))
+    # The loss as the run computed it (label smoothing included), so test/loss matches metrics.json.
+    module = ClassifierModule(model, config=stored, n_classes=getattr(datamodule, "n_classes", 10),
+                              label_smoothing=float(stored.get("label_smoothing") or 0.0))
     check_fits(ckpt, module)
     module.load_state_dict(ckpt["state_dict"])
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir()

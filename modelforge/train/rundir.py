@@ -47,11 +47,12 @@ def write_setup_failure(run_dir: Path, exc: BaseException, record: dict[str, Any
     """``metrics.json`` of a run that failed before training: status, error, and nothing else.
 
     Rank 0 only (other DDP ranks run the same checks and fail alike); it never replaces a
-    ``metrics.json`` that is already there.
+    ``metrics.json`` that is already there, and never creates ``run_dir``: a run that fails
+    before training leaves no run directory, or one whose ``metrics.json`` says why.
     """
     from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-    if getattr(rank_zero_only, "rank", 0) != 0 or (run_dir / "metrics.json").exists():
+    if getattr(rank_zero_only, "rank", 0) != 0 or not run_dir.is_dir() or (run_dir / "metrics.json").exists():
         return
     write_json(run_dir / "metrics.json", {"status": "failed", "stage": "setup",
                                           "error": f"{type(exc).__name__}: {exc}", **record})
