@@ -45,15 +45,22 @@ def report_errors(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
 
     @functools.wraps(task)
     def wrapper(cfg: DictConfig) -> Any:
+        from modelforge.stops import RunStopped
+
         try:
             return task(cfg)
+        except RunStopped as exc:  # terminated, interrupted, diverged: each has its exit code
+            print(f"error: {exc}", file=sys.stderr)
+            if is_multirun() and not exc.ends_sweep:
+                raise SweepJobError(f"{type(exc).__name__}: {exc}") from exc
+            raise SystemExit(exc.exit_code) from None
         except ModelforgeError as exc:
             if is_multirun():
                 # Still a failure for Hydra (the sweep's summary records it), but one that
                 # Hydra prints without a traceback when it re-raises it after the batch.
                 raise SweepJobError(f"{type(exc).__name__}: {exc}") from exc
             print(f"error: {exc}", file=sys.stderr)
-            raise SystemExit(EXIT_CONFIG_ERROR) from None
+            raise SystemExit(getattr(exc, "exit_code", EXIT_CONFIG_ERROR)) from None
 
     return wrapper
 

@@ -12,13 +12,13 @@ import functools
 import io
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from modelforge.atomic_io import write_text
 
 METRICS_FILE = "metrics.json"
 # Columns after the monitored metric; the monitor itself comes first (see `columns`).
@@ -190,14 +190,8 @@ def format_csv(rows: Sequence[JobRow], fixed: Sequence[str] | None = None) -> st
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write through a temp file and rename: a reader never sees half a table.
-
-    (modelforge.train.rundir has the same helper, but importing it loads Lightning.)
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    """Write through a temp file in the same folder, fsync and rename: a reader never sees half a table."""
+    write_text(path, text)
 
 
 def write_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None) -> list[JobRow]:

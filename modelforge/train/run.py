@@ -7,7 +7,6 @@ leaves the run directory with what was saved and a ``metrics.json`` saying so.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,10 +21,12 @@ from modelforge.config import load_config
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.optim import validate_optim
+from modelforge.resources import allocation_errors
 from modelforge.run_dir import check_run_dir_is_new
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
-from modelforge.train.interrupted import INTERRUPTED_CKPT
+from modelforge.train.outcome import failure_record, stop_reason, write_metrics
+from modelforge.train.signals import stop_signals
 from modelforge.train.module import ClassifierModule
 from modelforge.train.rundir import current_run_dir, write_json, write_yaml
 from modelforge.train.trainer import (
@@ -34,9 +35,6 @@ from modelforge.train.trainer import (
     format_metrics,
     hydra_overrides,
 )
-
-log = logging.getLogger(__name__)
-
 
 @dataclass
 class Prepared:
@@ -61,7 +59,8 @@ def _prepare(cfg: Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
     datamodule = build_datamodule(plain.get("data") or {})
     ckpt = load_checkpoint(plain["ckpt_path"]) if plain.get("ckpt_path") else None
-    model = build_model(plain["model"], seed=plain.get("seed"))
+    with allocation_errors(plain["model"], "while building the model"):
+        model = build_model(plain["model"], seed=plain.get("seed"))
     module = ClassifierModule(
         model,
         config=plain,
@@ -105,7 +104,8 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         write_yaml(run_dir / "config.yaml", prep.config)
     start_epoch = int(prep.ckpt.get("epoch", -1)) + 1 if prep.ckpt else 0
     started = time.perf_counter()
-    with ddp_run_scope(trainer):  # every rank ends its process group; rank 0 reaps the others
+    # SIGTERM/SIGUSR1 stop the run at the end of a batch (status terminated, exit 128+signal).
+    with ddp_run_scope(trainer), stop_signals() as received:
         try:
             trainer.fit(module, datamodule=prep.datamodule, ckpt_path=plain.get("ckpt_path"), weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)
@@ -119,11 +119,15 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
             metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
                            global_step=trainer.global_step, status="finished")
         except BaseException as exc:
-            metrics.update(_failure(exc, trainer, run_dir), train_time_s=round(time.perf_counter() - started, 2))
-            raise
+            reason = stop_reason(exc, trainer, received, prep.config["model"])
+            metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
+                           global_step=trainer.global_step)
+            if reason is exc:
+                raise
+            raise reason from None
         finally:
             if trainer.is_global_zero:
-                write_json(run_dir / "metrics.json", metrics)
+                write_metrics(run_dir / "metrics.json", metrics, failing=metrics["status"] != "finished")
     if trainer.is_global_zero:
         print(format_metrics(metrics, run_dir))
     value = metrics.get(monitor)
@@ -131,20 +135,6 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         raise ConfigError("monitor", f"the run logged no metric {monitor!r}",
                           allowed=sorted(k for k, v in metrics.items() if isinstance(v, float)))
     return float(value)
-
-
-def _failure(exc: BaseException, trainer: pl.Trainer, run_dir: Path) -> dict[str, Any]:
-    """What metrics.json says of a run that stopped on ``exc``, and how to resume it."""
-    # Lightning turns Ctrl-C into a graceful shutdown that ends in sys.exit(1).
-    stopped_by_user = isinstance(exc, (KeyboardInterrupt, SystemExit)) and trainer.interrupted
-    error = "KeyboardInterrupt: stopped by Ctrl-C" if stopped_by_user else f"{type(exc).__name__}: {exc}"
-    failure = {"status": "failed", "error": error}
-    interrupted = run_dir / "checkpoints" / INTERRUPTED_CKPT
-    if interrupted.is_file():
-        failure["resume_with"] = f"ckpt_path={interrupted}"
-        log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
-                  error.split(":")[0], interrupted, interrupted)
-    return failure
 
 
 def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:

@@ -15,7 +15,9 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.layers.kwargs import check_kwargs
+from modelforge.train.checkpoint_io import AtomicCheckpointIO
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
+from modelforge.train.run_safety import run_safety_callbacks
 
 # Set by modelforge itself; a user value would silently fight the run directory layout.
 RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
@@ -71,6 +73,7 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
                         monitor=monitor, mode="min" if monitor.endswith("loss") else "max", save_last=True),
         # A crash or Ctrl-C mid-epoch keeps the weights and loop state of that moment.
         CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
+        *run_safety_callbacks(config),  # divergence stop; RNG and shuffle position in checkpoints
     ]
     if plugins:
         from modelforge.train.hook_callback import HookPluginsCallback
@@ -94,9 +97,15 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
         options["enable_checkpointing"] = False
     check_accelerator(options)
     try:
+        # Checkpoints are written by temp file + fsync + rename (a user's plugins come first).
+        options["plugins"] = [*_as_list(options.get("plugins")), AtomicCheckpointIO()]
         return pl.Trainer(default_root_dir=str(run_dir), logger=logger, callbacks=callbacks, **options)
     except (MisconfigurationException, ValueError) as exc:  # Lightning's word on the options
         raise ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got") from None
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def check_accelerator(options: Mapping[str, Any]) -> None:
