@@ -70,7 +70,10 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
     ckpt_dir = run_dir / "checkpoints"
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
-                        monitor=monitor, mode="min" if monitor.endswith("loss") else "max", save_last=True),
+                        monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
+        # last.ckpt gets a checkpoint callback of its own: with save_last=True, Lightning 2.6 rewrites it
+        # only in an epoch that also saved a new best, so it would lag behind the final weights.
+        ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1, enable_version_counter=False),
         # A crash or Ctrl-C mid-epoch keeps the weights and loop state of that moment.
         CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
         *run_safety_callbacks(config),  # divergence stop; RNG and shuffle position in checkpoints
