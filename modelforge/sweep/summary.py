@@ -13,7 +13,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,10 +194,15 @@ def write_atomic(path: Path, text: str) -> None:
     write_text(path, text)
 
 
-def write_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None) -> list[JobRow]:
-    """(Re)write ``summary.csv`` and ``summary.md`` in ``sweep_dir``; return the rows read."""
+def write_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None,
+                  extra: Callable[[list[JobRow]], list[JobRow]] | None = None) -> list[JobRow]:
+    """(Re)write ``summary.csv`` and ``summary.md`` in ``sweep_dir``; return the rows.
+
+    ``extra`` adds rows for jobs that left no directory (those a stopped sweep never ran).
+    """
     sweep_dir = Path(sweep_dir)
     rows = read_rows(sweep_dir)
+    rows += extra(rows) if extra is not None else []
     write_atomic(sweep_dir / "summary.csv", format_csv(rows, fixed))
     write_atomic(sweep_dir / "summary.md", format_markdown(rows, fixed))
     return rows
