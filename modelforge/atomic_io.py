@@ -57,6 +57,7 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; the file gets what open() would give it
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -90,6 +91,15 @@ def _is_disk_full(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("No space left" in text or "file write failed" in text
                                               or "unexpected pos" in text)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
 
 
 def _free(folder: Path) -> int | None:
