@@ -13,6 +13,7 @@ run stopped mid-epoch is drawn again, so such a resume differs from that batch o
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,9 @@ import torch
 from pytorch_lightning.callbacks import Callback
 
 KEY = "modelforge_resume"
+
+# Lightning cannot see that the train loader resumes mid-epoch (ResumeState does it, not the loader).
+warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
 
 
 def capture_rng() -> dict[str, Any]:
