@@ -17,6 +17,7 @@ from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.layers.kwargs import check_kwargs
 from modelforge.train.checkpoint_io import AtomicCheckpointIO
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
+from modelforge.train.last_checkpoint import LastCheckpoint
 from modelforge.train.run_safety import run_safety_callbacks
 
 # Set by modelforge itself; a user value would silently fight the run directory layout.
@@ -71,9 +72,7 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
                         monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
-        # last.ckpt gets a checkpoint callback of its own: with save_last=True, Lightning 2.6 rewrites it
-        # only in an epoch that also saved a new best, so it would lag behind the final weights.
-        ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1, enable_version_counter=False),
+        LastCheckpoint(ckpt_dir),  # last.ckpt after every epoch (save_last=True lags behind: see its module)
         # A crash or Ctrl-C mid-epoch keeps the weights and loop state of that moment.
         CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
         *run_safety_callbacks(config),  # divergence stop; RNG and shuffle position in checkpoints

@@ -30,6 +30,8 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert not different, f"weights differ: {different}"
     ma, mb = (json.loads((run / "metrics.json").read_text()) for run in (a, b))
     assert {k: ma[k] for k in COMPARED} == {k: mb[k] for k in COMPARED}
+    # last.ckpt is the final state even when val/acc stopped improving (Lightning's save_last lags then)
+    assert _last(a)["global_step"] == ma["global_step"] and _last(b)["global_step"] == mb["global_step"]
 
 
 @pytest.mark.parametrize("sched", ["none"])
