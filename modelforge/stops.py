@@ -23,6 +23,11 @@ class RunStopped(Exception):
     status = "failed"
     exit_code = 1
     ends_sweep = False
+    resume_with: str | None = None  # "ckpt_path=..." once the run's checkpoint is known
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n  hint: resume with {self.resume_with}" if self.resume_with else text
 
 
 class Terminated(RunStopped):

@@ -51,6 +51,8 @@ def failure_record(reason: BaseException, run_dir: Path) -> dict[str, Any]:
     resume = next((p for p in candidates if p.is_file() and p.stat().st_size > 0), None)
     if resume is not None:
         failure["resume_with"] = f"ckpt_path={resume}"
+        if isinstance(reason, RunStopped):
+            reason.resume_with = failure["resume_with"]  # the CLI's message says it too
         log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
                   status, resume, resume)
     return failure

@@ -35,7 +35,7 @@ def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_signal(
     assert metrics["error"].startswith(("Terminated: stopped by SIG", "Interrupted: stopped by Ctrl-C"))
     saved = run / "checkpoints" / "interrupted.ckpt"
     assert metrics["resume_with"] == f"ckpt_path={saved}"
-    assert f"error: {metrics['error'].split(': ', 1)[1]}" in err
+    assert f"error: {metrics['error'].split(': ', 1)[1]}\n  hint: resume with ckpt_path={saved}" in err
 
     if signum != signal.SIGTERM:
         return  # the same checkpoint path; resuming it is shown once, for SIGTERM
