@@ -102,8 +102,8 @@ def record_failure(job_dir: Path, job_return: JobReturn, started: float = 0.0, m
             metrics = json.loads(path.read_text())
         except ValueError:
             metrics = {}
-    if metrics.get("status") == "failed" and metrics.get("error"):
-        return
+    if metrics.get("status") not in (None, "running", "finished") and metrics.get("error"):
+        return  # train() recorded how it stopped (failed, diverged, terminated, ...)
     exc = job_return._return_value  # the public `return_value` re-raises it
     if isinstance(exc, CompactHydraException) and exc.__cause__ is not None:
         exc = exc.__cause__  # hydra_app's SweepJobError wraps the ModelforgeError
