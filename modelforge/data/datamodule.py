@@ -185,7 +185,7 @@ class MNISTDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         dataset = self._ready(self.train_set)
-        if self.trainer is not None and self.trainer.world_size > 1:
+        if getattr(self.trainer, "world_size", 1) > 1:
             # Lightning swaps in a DistributedSampler (shuffling, seeded per epoch) under DDP.
             return self._loader(dataset, self.batch_size, shuffle=True)
         # Shuffled by a sampler whose position a checkpoint keeps (modelforge.train.resume_state);
