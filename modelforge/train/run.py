@@ -26,7 +26,8 @@ from modelforge.run_dir import check_run_dir_is_new
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.outcome import failure_record, stop_reason, write_metrics
-from modelforge.train.signals import stop_signals
+from modelforge.stops import Terminated
+from modelforge.train.signals import ReceivedSignal, stop_signals
 from modelforge.train.module import ClassifierModule
 from modelforge.train.rundir import current_run_dir, write_json, write_yaml
 from modelforge.train.trainer import (
@@ -87,10 +88,23 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
     return value (``cfg.monitor``, ``val/acc`` by default) is what sweepers optimize.
     """
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
-    plain = load_config(cfg)
+    # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
+    # batch while training, at once before.
+    with stop_signals() as received:
+        return _train(load_config(cfg), run_dir, received)
+
+
+def _train(plain: dict[str, Any], run_dir: Path, received: ReceivedSignal) -> float:
     if plain.get("seed") is not None:
         pl.seed_everything(plain["seed"], workers=True, verbose=False)
-    prep = _prepare(plain, run_dir)
+    try:
+        prep = _prepare(plain, run_dir)
+    except Terminated as stop:  # before training: nothing to resume, but the run says how it ended
+        if not (run_dir / "metrics.json").exists():  # (never another run's record)
+                write_metrics(run_dir / "metrics.json", {"status": stop.status, "error": f"Terminated: {stop}",
+                                                     "overrides": hydra_overrides(), "run_dir": str(run_dir)},
+                          failing=True)
+        raise
     trainer, module = prep.trainer, prep.module
     monitor = plain.get("monitor", "val/acc")
     metrics: dict[str, Any] = {
@@ -104,8 +118,7 @@ def train(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None
         write_yaml(run_dir / "config.yaml", prep.config)
     start_epoch = int(prep.ckpt.get("epoch", -1)) + 1 if prep.ckpt else 0
     started = time.perf_counter()
-    # SIGTERM/SIGUSR1 stop the run at the end of a batch (status terminated, exit 128+signal).
-    with ddp_run_scope(trainer), stop_signals() as received:
+    with ddp_run_scope(trainer):  # every rank ends its process group; rank 0 reaps the others
         try:
             trainer.fit(module, datamodule=prep.datamodule, ckpt_path=plain.get("ckpt_path"), weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)

@@ -45,3 +45,27 @@ def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_signal(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
     assert after["status"] == "finished" and after["epochs"] == epoch + 1
+
+
+def test_sigterm_before_training_starts_still_says_terminated(tiny_mnist: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from modelforge.data import MNISTDataModule
+    from modelforge.stops import Terminated
+    from modelforge.train import train
+    from tests.train.conftest import compose_train
+
+    prepare = MNISTDataModule.prepare_data
+
+    def slow_data(self):  # a real SIGTERM while the data files are being checked
+        os.kill(os.getpid(), signal.SIGTERM)
+        prepare(self)
+
+    monkeypatch.setattr(MNISTDataModule, "prepare_data", slow_data)
+    with pytest.raises(Terminated) as stopped:
+        train(compose_train(tiny_mnist, "model=mlp"), run_dir=tmp_path)
+    assert stopped.value.exit_code == 143
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["status"] == "terminated" and "resume_with" not in metrics
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone after the run
