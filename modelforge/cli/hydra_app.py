@@ -52,8 +52,15 @@ def report_errors(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
 
     @functools.wraps(task)
     def wrapper(cfg: DictConfig) -> Any:
+        from modelforge.stops import RunStopped
+
         try:
             return task(cfg)
+        except RunStopped as exc:  # terminated, interrupted, diverged: each has its exit code
+            print(f"error: {exc}", file=sys.stderr)
+            if is_multirun() and not exc.ends_sweep:
+                raise SweepJobError(f"{type(exc).__name__}: {exc}") from exc
+            raise SystemExit(exc.exit_code) from None
         except ModelforgeError as exc:
             if not is_multirun():
                 # A SystemExit passes Hydra's job bookkeeping, which would log a traceback-like line.
@@ -153,7 +160,7 @@ def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[st
             run_and_report(functools.partial(_reraise, exc))  # Hydra's own report, exit 1
             raise
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
+        return exc.code if isinstance(exc, ConfigRefused) else EXIT_CONFIG_ERROR
     finally:
         sys.argv = saved
         forget_validated()

@@ -23,7 +23,7 @@ class ConfigRefused(SystemExit):
     """Raised from a Hydra callback, whose ``Exception``s Hydra turns into warnings; exit code 2."""
 
     def __init__(self, error: ModelforgeError) -> None:
-        super().__init__(2)
+        super().__init__(getattr(error, "exit_code", 2))  # e.g. a full disk is 1, a bad value 2
         self.error = error
 
 

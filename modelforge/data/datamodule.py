@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from modelforge.data.datasets import KNOWN_DATASETS, MNIST, IdxDataset
 from modelforge.data.mnist_files import DOWNLOAD_TIMEOUT_S, MNIST_FILES, MnistFile, load_mnist
+from modelforge.data.shuffle import ResumableShuffle
 from modelforge.errors import ConfigError, UnknownNameError
 
 MNIST_MEAN = MNIST.mean
@@ -177,6 +178,8 @@ class IdxDataModule(pl.LightningDataModule):
         self.train_set: MnistBatches | None = None
         self.val_set: MnistBatches | None = None
         self.test_set: MnistBatches | None = None
+        self.train_sampler: ResumableShuffle | None = None
+        self._resume_at: tuple[int, int, int] | None = None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -242,7 +245,26 @@ class IdxDataModule(pl.LightningDataModule):
             dataset.to(device)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self._ready(self.train_set), self.batch_size, shuffle=True)
+        dataset = self._ready(self.train_set)
+        if getattr(self.trainer, "world_size", 1) > 1:
+            # Lightning swaps in a DistributedSampler (shuffling, seeded per epoch) under DDP.
+            return self._loader(dataset, self.batch_size, shuffle=True)
+        # Shuffled by a sampler whose position a checkpoint keeps (modelforge.train.resume_state);
+        # its seed comes from the global seed (`seed=`), which makes the order repeatable.
+        self.train_sampler = ResumableShuffle(len(dataset), seed=torch.initial_seed() % 2**62)
+        if self._resume_at is not None:
+            self.train_sampler.resume(*self._resume_at)
+        workers = self.num_workers if dataset.images.device.type == "cpu" else 0
+        # A generator of its own: creating the iterator then draws nothing from the global RNG.
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=self.train_sampler, num_workers=workers,
+                          collate_fn=_batch_as_is, persistent_workers=workers > 0,
+                          generator=torch.Generator().manual_seed(self.train_sampler.seed))
+
+    def resume_shuffle(self, seed: int, epoch: int, skip: int) -> None:
+        """Continue a checkpoint's batch order: ``seed``'s order at ``epoch``, less its first ``skip`` samples."""
+        self._resume_at = (seed, epoch, skip)
+        if self.train_sampler is not None:
+            self.train_sampler.resume(seed, epoch, skip)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._ready(self.val_set), self.eval_batch_size, shuffle=False)

@@ -35,6 +35,7 @@ def save_feature_grid(maps: Tensor, path: Path, title: str = "") -> Path:
             ax.set_title(str(i), fontsize=6)
     if title:
         fig.suptitle(title, fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
+    from modelforge.atomic_io import write_with
+
+    write_with(path, lambda handle: fig.savefig(handle, dpi=80, format="png"))  # never half a PNG
     return path

@@ -35,6 +35,9 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from modelforge.errors import ConfigError
+from modelforge.run_records import check_sweep_dir, refuse
+from modelforge.sweep.planned import NOT_RUN, not_run_rows, planned_jobs
 from modelforge.sweep.summary import (
     METRICS_FILE,
     JobRow,
@@ -50,6 +53,8 @@ log = logging.getLogger(__name__)
 # Sweeps of this process that started and have not ended (with their fixed overrides):
 # the CLI reports them after a failure.
 _UNFINISHED: dict[Path, list[str]] = {}
+# Each sweep's planned jobs (grid sweeps only) and monitored metric.
+_PLANNED: dict[Path, tuple[list[list[str]] | None, str | None]] = {}
 # Failed jobs of sweeps that still ran to their end: the CLI exits non-zero on them.
 _FAILED_JOBS: dict[Path, list[str]] = {}
 
@@ -65,12 +70,18 @@ def _locked(sweep_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def refresh_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None) -> list[JobRow]:
-    """Rewrite the sweep's summary files from the jobs' ``metrics.json`` files."""
+def refresh_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None,
+                    stopped: bool = False) -> list[JobRow]:
+    """Rewrite the sweep's summary files from the jobs' ``metrics.json`` files.
+
+    ``stopped``: the sweep ended early; its planned jobs that never ran get a ``not run`` row.
+    """
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    planned, monitor = _PLANNED.get(sweep_dir, (None, None))
+    extra = (lambda rows: not_run_rows(planned, rows, monitor)) if stopped else None
     with _locked(sweep_dir):
-        return write_summary(sweep_dir, fixed)
+        return write_summary(sweep_dir, fixed, extra)
 
 
 def record_failure(job_dir: Path, job_return: JobReturn, started: float = 0.0, monitor: str | None = None) -> None:
@@ -91,8 +102,8 @@ def record_failure(job_dir: Path, job_return: JobReturn, started: float = 0.0, m
             metrics = json.loads(path.read_text())
         except ValueError:
             metrics = {}
-    if metrics.get("status") == "failed" and metrics.get("error"):
-        return
+    if metrics.get("status") not in (None, "running", "finished") and metrics.get("error"):
+        return  # train() recorded how it stopped (failed, diverged, terminated, ...)
     exc = job_return._return_value  # the public `return_value` re-raises it
     if isinstance(exc, CompactHydraException) and exc.__cause__ is not None:
         exc = exc.__cause__  # hydra_app's SweepJobError wraps the ModelforgeError
@@ -112,6 +123,9 @@ def print_summary(sweep_dir: Path, rows: list[JobRow], fixed: Sequence[str] | No
     for row, swept in zip(rows, swept_overrides(rows, fixed)):
         if row.status != "finished":
             lines.append(f"job {row.job} {row.status} ({' '.join(swept)}): {one_line(row.error) or 'no metrics'}")
+    never = [row.job for row in rows if row.status == NOT_RUN]
+    if never:
+        lines.append(f"the sweep stopped early: job(s) {', '.join(never)} never ran")
     print("\n".join(lines), flush=True)
 
 
@@ -119,7 +133,7 @@ def report_unfinished_sweeps() -> None:
     """Print the summary of sweeps that a failed job stopped before ``on_multirun_end``."""
     while _UNFINISHED:
         sweep_dir, fixed = _UNFINISHED.popitem()
-        rows = refresh_summary(sweep_dir, fixed)
+        rows = refresh_summary(sweep_dir, fixed, stopped=True)
         if rows:  # nothing to show when the sweep failed before its first job
             print_summary(sweep_dir, rows, fixed)
 
@@ -144,12 +158,17 @@ class SweepSummary(Callback):
         self.failed: list[str] = []  # job directory names of this sweep's failed jobs
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:  # before the sweeper writes multirun.yaml there
+            check_sweep_dir(config)
+        except ConfigError as exc:
+            refuse(exc)
         # The Optuna sweeper opens its SQLite study in the sweep dir before any job made it.
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         self.fixed = [str(o) for o in config.hydra.overrides.task]
         self.failed = []
         _UNFINISHED[sweep_dir] = self.fixed
+        _PLANNED[sweep_dir] = (planned_jobs(config), config.get("monitor"))
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.job_started = time.time()

@@ -12,13 +12,13 @@ import functools
 import io
 import json
 import math
-import os
 import re
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from modelforge.atomic_io import write_text
 
 METRICS_FILE = "metrics.json"
 # Columns after the monitored metric; the monitor itself comes first (see `columns`).
@@ -190,20 +190,19 @@ def format_csv(rows: Sequence[JobRow], fixed: Sequence[str] | None = None) -> st
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write through a temp file and rename: a reader never sees half a table.
+    """Write through a temp file in the same folder, fsync and rename: a reader never sees half a table."""
+    write_text(path, text)
 
-    (modelforge.train.rundir has the same helper, but importing it loads Lightning.)
+
+def write_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None,
+                  extra: Callable[[list[JobRow]], list[JobRow]] | None = None) -> list[JobRow]:
+    """(Re)write ``summary.csv`` and ``summary.md`` in ``sweep_dir``; return the rows.
+
+    ``extra`` adds rows for jobs that left no directory (those a stopped sweep never ran).
     """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
-def write_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None) -> list[JobRow]:
-    """(Re)write ``summary.csv`` and ``summary.md`` in ``sweep_dir``; return the rows read."""
     sweep_dir = Path(sweep_dir)
     rows = read_rows(sweep_dir)
+    rows += extra(rows) if extra is not None else []
     write_atomic(sweep_dir / "summary.csv", format_csv(rows, fixed))
     write_atomic(sweep_dir / "summary.md", format_markdown(rows, fixed))
     return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,27 @@ def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
     try:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad file; all mean "not loadable"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{key}: {ckpt_path} is not a loadable checkpoint ({first})") from None
+        raise CheckpointError(f"{key}: {ckpt_path} is not a loadable checkpoint ({_reason(exc)})") from None
     config = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None
     if not isinstance(config, dict) or "state_dict" not in ckpt:
         raise CheckpointError(
             f"{key}: {ckpt_path} is not a modelforge checkpoint (it has no stored run config)"
         )
     return ckpt
+
+
+def _reason(exc: Exception) -> str:
+    """Torch's error in one line, without its advice to re-run with ``weights_only=False``.
+
+    That advice would run whatever pickle the file holds: never repeat it to a user.
+    """
+    kept = []
+    for line in (line.strip() for line in str(exc).splitlines()):
+        if line.startswith("Weights only load failed"):
+            kept.append("weights-only load refused it")
+        elif line and not re.search(r"weights_only|Re-running|documentation of torch.load", line, re.IGNORECASE):
+            kept.append(line.rstrip("."))
+    return ": ".join(kept[:2]) or type(exc).__name__
 
 
 def check_fits(ckpt: dict[str, Any], module: nn.Module, key: str = "ckpt_path") -> None:

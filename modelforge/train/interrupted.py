@@ -9,6 +9,9 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.trainer.states import TrainerFn
 
+from modelforge.resources import is_allocation_failure
+from modelforge.stops import Diverged
+
 log = logging.getLogger(__name__)
 
 INTERRUPTED_CKPT = "interrupted.ckpt"
@@ -28,5 +31,11 @@ class CheckpointOnException(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if trainer.state.fn != TrainerFn.FITTING:
             return  # testing changes no weights: the fit's checkpoints hold them
-        trainer.save_checkpoint(self.path)
+        if isinstance(exception, Diverged) or is_allocation_failure(exception):
+            return  # resuming would diverge again / run out of memory again: offer no resume point
+        try:
+            trainer.save_checkpoint(self.path)
+        except Exception as exc:  # e.g. a full disk: the run's own error is the one to report
+            log.error("could not save the training state to %s: %s", self.path, exc)
+            return
         log.info("saved the training state at step %d to %s", trainer.global_step, self.path)

@@ -24,14 +24,17 @@ from modelforge.data.build import describe_data
 from modelforge.console import quiet_third_party, run_log
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
+from modelforge.resources import allocation_errors
 from modelforge.run_dir import check_run_dir_is_new
+from modelforge.stops import Terminated
 from modelforge.summary import describe_model
 from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoint import check_fits, load_checkpoint
 from modelforge.train.ddp_teardown import ddp_run_scope
-from modelforge.train.interrupted import INTERRUPTED_CKPT
+from modelforge.train.outcome import failure_record, stop_reason, write_metrics
 from modelforge.train.module import ClassifierModule
 from modelforge.train.run_config import RunConfig, validate_run_config
+from modelforge.train.signals import ReceivedSignal, stop_signals
 from modelforge.train.rundir import current_run_dir, write_json, write_setup_failure, write_yaml
 from modelforge.train.trainer import (
     build_datamodule,
@@ -59,7 +62,8 @@ class Prepared:
 def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
     run = validate_run_config(cfg)
     ckpt = load_checkpoint(run.ckpt_path) if run.ckpt_path else None
-    model = build_checked_model(run.model, seed=run.seed)
+    with allocation_errors(run.config["model"], "while building the model"):
+        model = build_checked_model(run.model, seed=run.seed)
     module = ClassifierModule(
         model,
         config=run.config,
@@ -89,10 +93,13 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     quiet_third_party()
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
     check_run_dir_is_new(run_dir)  # before anything is written there
-    with _recorded_setup_failure(run_dir):  # a bad config creates no run directory
-        run = validate_run_config(cfg)
-    with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
-        return _train(run, run_dir)
+    # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
+    # batch while training, at once before.
+    with stop_signals() as received:
+        with _recorded_setup_failure(run_dir):  # a bad config creates no run directory
+            run = validate_run_config(cfg)
+        with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
+            return _train(run, run_dir, received)
 
 
 @contextmanager
@@ -103,11 +110,13 @@ def _recorded_setup_failure(run_dir: Path) -> Iterator[None]:
     except BaseException as exc:
         record = _record(run_dir)
         del record["config"]  # config.yaml is written only for a config that passed its checks
+        if isinstance(exc, Terminated):  # a signal before training: nothing to resume, but say so
+            record["status"] = exc.status
         write_setup_failure(run_dir, exc, record)
         raise
 
 
-def _train(run: RunConfig, run_dir: Path) -> float:
+def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
     with _recorded_setup_failure(run_dir):
         if run.seed is not None:
             pl.seed_everything(run.seed, workers=True, verbose=False)
@@ -141,11 +150,15 @@ def _train(run: RunConfig, run_dir: Path) -> float:
             metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
                            global_step=trainer.global_step, status="finished")
         except BaseException as exc:
-            metrics.update(_failure(exc, trainer, run_dir), train_time_s=round(time.perf_counter() - started, 2))
-            raise
+            reason = stop_reason(exc, trainer, received, prep.config["model"])
+            metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
+                           global_step=trainer.global_step)
+            if reason is exc:
+                raise
+            raise reason from None
         finally:
             if trainer.is_global_zero:
-                write_json(run_dir / "metrics.json", metrics)
+                write_metrics(run_dir / "metrics.json", metrics, failing=metrics["status"] != "finished")
     if trainer.is_global_zero:
         print(format_metrics(metrics, run_dir))
     value = metrics.get(monitor)
@@ -166,20 +179,6 @@ def _record(run_dir: Path) -> dict[str, Any]:
     return {"run_dir": str(run_dir), "config": str(run_dir / "config.yaml"),
             "launched_from": "cli" if _under_hydra() else "python",
             "overrides": hydra_overrides() if _under_hydra() else None}
-
-
-def _failure(exc: BaseException, trainer: pl.Trainer, run_dir: Path) -> dict[str, Any]:
-    """What metrics.json says of a run that stopped on ``exc``, and how to resume it."""
-    # Lightning turns Ctrl-C into a graceful shutdown that ends in sys.exit(1).
-    stopped_by_user = isinstance(exc, (KeyboardInterrupt, SystemExit)) and trainer.interrupted
-    error = "KeyboardInterrupt: stopped by Ctrl-C" if stopped_by_user else f"{type(exc).__name__}: {exc}"
-    failure = {"status": "failed", "error": error}
-    interrupted = run_dir / "checkpoints" / INTERRUPTED_CKPT
-    if interrupted.is_file():
-        failure["resume_with"] = f"ckpt_path={interrupted}"
-        log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
-                  error.split(":")[0], interrupted, interrupted)
-    return failure
 
 
 def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:

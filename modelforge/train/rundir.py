@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import math
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from modelforge.atomic_io import write_text
 
 
 def current_run_dir(fallback_root: str | Path = "outputs") -> Path:
@@ -27,16 +28,24 @@ def current_run_dir(fallback_root: str | Path = "outputs") -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write through a temp file and rename, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    """Write through a temp file in the same folder, fsync and rename: never half a file."""
+    write_text(path, text)
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value`` with every NaN/inf float replaced by None, recursively (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Strict JSON (non-finite numbers as null), written atomically."""
+    write_atomic(path, json.dumps(finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> None:

@@ -15,9 +15,12 @@ from modelforge.data.build import build_datamodule  # noqa: F401 - run.py import
 from modelforge.console import verbose
 from modelforge.errors import ConfigError, UnknownNameError
 from modelforge.train.callbacks import build_callbacks
+from modelforge.train.checkpoint_io import AtomicCheckpointIO
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
+from modelforge.train.last_checkpoint import LastCheckpoint
 from modelforge.train.loggers import build_loggers
 from modelforge.train.progress import progress_bar
+from modelforge.train.run_safety import run_safety_callbacks
 from modelforge.train.trainer_options import check_trainer_options  # noqa: F401 - re-exported
 
 
@@ -32,9 +35,11 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
     ckpt_dir = run_dir / "checkpoints"
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
-                        monitor=monitor, mode="min" if monitor.endswith("loss") else "max", save_last=True),
+                        monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
+        LastCheckpoint(ckpt_dir),  # last.ckpt after every epoch (save_last=True lags behind: see its module)
         # A crash or Ctrl-C mid-epoch keeps the weights and loop state of that moment.
         CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
+        *run_safety_callbacks(config),  # divergence stop; RNG and shuffle position in checkpoints
     ]
     callbacks += _hooks(plugins, run_dir)
     chosen = build_callbacks(config.get("callbacks"), monitor)
@@ -65,9 +70,15 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     if for_eval:
         options["enable_checkpointing"] = False
     try:
+        # Checkpoints are written by temp file + fsync + rename (a user's plugins come first).
+        options["plugins"] = [*_as_list(options.get("plugins")), AtomicCheckpointIO()]
         return pl.Trainer(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks, **options)
     except (MisconfigurationException, ValueError) as exc:  # Lightning's word on the options
         raise ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got") from None
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def check_accelerator(options: Mapping[str, Any]) -> None:

@@ -167,3 +167,24 @@ def test_refresh_summary_creates_the_sweep_dir(tmp_path: Path) -> None:
 ])
 def test_one_line_joins_an_error_for_a_table_cell(text: str, cell: str) -> None:
     assert one_line(text) == cell
+
+
+def test_record_failure_keeps_a_diverged_status_train_wrote(tmp_path: Path) -> None:
+    job = write_job(tmp_path, "0", status="diverged", error="Diverged: training diverged at step 3")
+    record_failure(job, failed_return(RuntimeError("Diverged: training diverged at step 3"), []))
+    assert json.loads((job / "metrics.json").read_text())["status"] == "diverged"
+
+
+def test_planned_jobs_of_a_grid_sweep_and_the_rows_of_those_that_never_ran() -> None:
+    from omegaconf import OmegaConf
+
+    from modelforge.sweep.planned import BASIC_SWEEPER, not_run_rows, planned_jobs
+
+    # The two parts of a composed multirun config that planned_jobs reads.
+    cfg = OmegaConf.create({"hydra": {"sweeper": {"_target_": BASIC_SWEEPER, "params": None},
+                                      "overrides": {"task": ["model=mlp", "model.hidden_sizes=[16],[8]", "seed=1,2"]}}})
+    planned = planned_jobs(cfg)
+    assert planned == [["model=mlp", "model.hidden_sizes=[16]", "seed=1"], ["model=mlp", "model.hidden_sizes=[16]", "seed=2"],
+                       ["model=mlp", "model.hidden_sizes=[8]", "seed=1"], ["model=mlp", "model.hidden_sizes=[8]", "seed=2"]]
+    rows = not_run_rows(planned, [JobRow(job="0"), JobRow(job="1")], "val/acc")
+    assert [(row.job, row.status) for row in rows] == [("2", "not run"), ("3", "not run")]

@@ -137,3 +137,21 @@ def test_cli_bad_lr_exits_non_zero_without_traceback(run_main, tiny_mnist: Path,
 def test_eval_of_missing_checkpoint(run_main, tmp_path: Path) -> None:
     result = run_main("eval", "ckpt_path=/nonexistent.ckpt", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2 and "no checkpoint file at /nonexistent.ckpt" in result.stderr
+
+
+def test_a_malicious_checkpoint_is_refused_without_torchs_advice_to_unpickle_it(tiny_mnist: Path,
+                                                                                tmp_path: Path) -> None:
+    import os
+
+    class RunsCode:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    bad = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "payload": RunsCode()}, bad)
+    with pytest.raises(CheckpointError) as refused:
+        train(compose_train(tiny_mnist, f"ckpt_path={bad}"), run_dir=tmp_path / "run")
+    message = str(refused.value)
+    assert message == (f"ckpt_path: {bad} is not a loadable checkpoint (weights-only load refused it: "
+                       "Trying to load unsupported GLOBAL posix.system whose module posix is blocked)")
+    assert "weights_only" not in message and "Re-running" not in message

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from modelforge.stops import Interrupted
+
 from modelforge.train import evaluate, train
 from tests.train.conftest import compose_train
 
@@ -89,14 +91,14 @@ def test_ctrl_c_mid_epoch_keeps_a_checkpoint_to_resume_from(tiny_mnist: Path, tm
 
     args = ("model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=2")
     monkeypatch.setattr(ClassifierModule, "training_step", interrupted_at_step_5)
-    with pytest.raises(SystemExit):  # Lightning's graceful shutdown after Ctrl-C
+    with pytest.raises(Interrupted):  # Lightning's graceful shutdown after Ctrl-C, reported as such (exit 130)
         train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "first")
     monkeypatch.undo()
 
     saved = tmp_path / "first" / "checkpoints" / "interrupted.ckpt"
     metrics = json.loads((tmp_path / "first" / "metrics.json").read_text())
-    assert metrics["status"] == "failed" and metrics["resume_with"] == f"ckpt_path={saved}"
-    assert metrics["error"] == "KeyboardInterrupt: stopped by Ctrl-C"
+    assert metrics["status"] == "interrupted" and metrics["resume_with"] == f"ckpt_path={saved}"
+    assert metrics["error"] == "Interrupted: stopped by Ctrl-C (SIGINT)"
     assert torch.load(saved, weights_only=True)["global_step"] == 5
     assert (tmp_path / "first" / "checkpoints" / "last.ckpt").is_file()  # the end of epoch 1 is kept too
 

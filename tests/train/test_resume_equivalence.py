@@ -1,0 +1,74 @@
+"""Resume equals never stopping: the same weights, bit for bit, and the same metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from pytorch_lightning.callbacks import Callback
+
+from modelforge.stops import Terminated
+from modelforge.train import train
+from tests.train.conftest import compose_train
+
+SAME = ("seed=3", "trainer.deterministic=true", "model=cnn", "enc_sizes=[4]", "dec_sizes=[16]", "model.dropout=0.2")
+COMPARED = ("val/acc", "val/loss", "test/acc", "test/loss", "global_step", "epochs")
+
+
+def _last(run: Path) -> dict:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    sa, sb = _last(a)["state_dict"], _last(b)["state_dict"]
+    assert sa.keys() == sb.keys()
+    different = [k for k in sa if not torch.equal(sa[k], sb[k])]
+    assert not different, f"weights differ: {different}"
+    ma, mb = (json.loads((run / "metrics.json").read_text()) for run in (a, b))
+    assert {k: ma[k] for k in COMPARED} == {k: mb[k] for k in COMPARED}
+    # last.ckpt is the final state even when val/acc stopped improving (Lightning's save_last lags then)
+    assert _last(a)["global_step"] == ma["global_step"] and _last(b)["global_step"] == mb["global_step"]
+
+
+@pytest.mark.parametrize("sched", ["none"])
+def test_one_epoch_then_resume_equals_two_epochs_in_one_go(sched: str, tiny_mnist: Path, tmp_path: Path) -> None:
+    args = (*SAME, f"sched={sched}")
+    train(compose_train(tiny_mnist, *args, "trainer.max_epochs=2"), run_dir=tmp_path / "one_go")
+    train(compose_train(tiny_mnist, *args, "trainer.max_epochs=1"), run_dir=tmp_path / "first")
+    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    train(compose_train(tiny_mnist, *args, "trainer.max_epochs=2", f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
+    assert_same_run(tmp_path / "one_go", tmp_path / "resumed")
+
+
+class _SigtermAtStep(Callback):
+    """Sends this process a real SIGTERM after training step ``step`` (mid-epoch)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("sched", ["onecycle", "none"])
+def test_resume_after_sigterm_mid_epoch_equals_never_stopping(sched: str, tiny_mnist: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    args = (*SAME, f"sched={sched}", "trainer.max_epochs=2")
+    train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "one_go")
+
+    from modelforge.train import trainer as trainer_module
+
+    callbacks = trainer_module._callbacks
+    monkeypatch.setattr(trainer_module, "_callbacks", lambda *a, **k: [*callbacks(*a, **k), _SigtermAtStep(6)])
+    with pytest.raises(Terminated):
+        train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "first")
+    monkeypatch.undo()
+    ckpt = tmp_path / "first" / "checkpoints" / "interrupted.ckpt"
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 6  # 4 batches an epoch: mid-epoch 2
+    train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
+    assert_same_run(tmp_path / "one_go", tmp_path / "resumed")

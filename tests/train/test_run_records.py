@@ -1,0 +1,52 @@
+"""Run records are never overwritten: eval and train refuse a directory holding a run, before Hydra writes."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from modelforge.errors import ConfigError
+from modelforge.paths import conf_dir
+from modelforge.run_records import KeepRunRecords, check_run_dir
+from modelforge.train import train
+from tests.train.conftest import compose_train, tiny_cli_args
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
+    """Content and modification time of every file, .hydra/ included."""
+    return {str(p.relative_to(folder)): (hashlib.md5(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_eval_into_a_training_run_dir_is_refused_and_leaves_it_byte_for_byte(cli, tiny_mnist: Path,
+                                                                              tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    trained = cli("train", "model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=1", *tiny_cli_args(tiny_mnist),
+                  f"hydra.run.dir={run}")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert (run / ".hydra" / "overrides.yaml").is_file()
+    before = _snapshot(run)
+
+    result = cli("eval", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", f"data.data_dir={tiny_mnist}",
+                 f"hydra.run.dir={run}")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: hydra.run.dir: {run} already holds a run (metrics.json")
+    assert "`eval` writes into a new directory of its own" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _snapshot(run) == before
+
+
+def test_the_callback_refuses_train_too_whatever_set_the_run_dir(tiny_mnist: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true"), run_dir=run)
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("train", overrides=[f"hydra.run.dir={run}"], return_hydra_config=True)
+    with pytest.raises(SystemExit) as stopped:
+        KeepRunRecords().on_run_start(cfg)
+    assert stopped.value.code == 2
+    with pytest.raises(ConfigError, match=r"already holds a run \(metrics.json, config.yaml"):
+        check_run_dir(run, "train")
+    check_run_dir(tmp_path / "new", "eval")  # a new directory is fine
