@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,24 @@ def check_run_dir(run_dir: Path, command: str) -> None:
         hint = f"leave hydra.run.dir unset: `{command}` writes into a new directory of its own"
     raise ConfigError("hydra.run.dir", f"{run_dir} already holds a run ({', '.join(p.name for p in found[:3])}); "
                       "it is left untouched", hint=hint)
+
+
+def prepare_run_dir(run_dir: Path, command: str = "train") -> None:
+    """Create ``run_dir`` (a new one, or one without a run) and make sure files can be written in it.
+
+    Called once every config check has passed, right before the run starts writing there.
+    """
+    check_run_dir(run_dir, command)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            "hydra.run.dir",
+            f"cannot write the run directory {run_dir}: {exc.strerror or exc}",
+            hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run",
+        ) from None
 
 
 def check_sweep_dir(config: DictConfig) -> None:

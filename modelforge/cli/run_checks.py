@@ -35,7 +35,7 @@ class CheckBeforeRun(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from modelforge.train.run_config import validate_run_config
-        from modelforge.run_dir import prepare_run_dir
+        from modelforge.run_records import prepare_run_dir
 
         # As run_job does first thing: lets ${hydra:...} in the task config resolve.
         HydraConfig.instance().set_config(config)

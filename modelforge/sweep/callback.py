@@ -35,6 +35,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from modelforge.atomic_io import write_text
 from modelforge.errors import ConfigError
 from modelforge.run_records import check_sweep_dir, refuse
 from modelforge.sweep.planned import NOT_RUN, not_run_rows, planned_jobs
@@ -44,7 +45,6 @@ from modelforge.sweep.summary import (
     format_text,
     one_line,
     swept_overrides,
-    write_atomic,
     write_summary,
 )
 
@@ -113,7 +113,7 @@ def record_failure(job_dir: Path, job_return: JobReturn, started: float = 0.0, m
     if monitor:
         metrics.setdefault("monitor", monitor)
     job_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
 
 
 def print_summary(sweep_dir: Path, rows: list[JobRow], fixed: Sequence[str] | None = None) -> None:

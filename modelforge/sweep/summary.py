@@ -189,11 +189,6 @@ def format_csv(rows: Sequence[JobRow], fixed: Sequence[str] | None = None) -> st
     return out.getvalue()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temp file in the same folder, fsync and rename: a reader never sees half a table."""
-    write_text(path, text)
-
-
 def write_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None,
                   extra: Callable[[list[JobRow]], list[JobRow]] | None = None) -> list[JobRow]:
     """(Re)write ``summary.csv`` and ``summary.md`` in ``sweep_dir``; return the rows.
@@ -203,6 +198,6 @@ def write_summary(sweep_dir: str | Path, fixed: Sequence[str] | None = None,
     sweep_dir = Path(sweep_dir)
     rows = read_rows(sweep_dir)
     rows += extra(rows) if extra is not None else []
-    write_atomic(sweep_dir / "summary.csv", format_csv(rows, fixed))
-    write_atomic(sweep_dir / "summary.md", format_markdown(rows, fixed))
+    write_text(sweep_dir / "summary.csv", format_csv(rows, fixed))
+    write_text(sweep_dir / "summary.md", format_markdown(rows, fixed))
     return rows

@@ -42,9 +42,9 @@ def logger_specs(logger_cfg: Any) -> dict[str, dict[str, Any]]:
     return {name: dict(options or {}) for name, options in logger_cfg.items()}
 
 
-def build_loggers(logger_cfg: Any, run_dir: Path) -> list[Logger]:
-    """The loggers of ``logger_cfg``, writing under ``run_dir``; [] for none."""
-    loggers = []
+def check_loggers(logger_cfg: Any, run_dir: Path = Path("RUN")) -> list[tuple[str, Any, dict[str, Any]]]:
+    """Each logger's (name, factory, keyword arguments), checked: known name, package installed, options."""
+    checked = []
     for name, options in logger_specs(logger_cfg).items():
         path = f"logger.{name}"
         factory = LOGGERS.get(name, path=path)
@@ -55,8 +55,16 @@ def build_loggers(logger_cfg: Any, run_dir: Path) -> list[Logger]:
         accepted = signature_defaults(resolve_class(factory))
         placed = {k: v for k, v in _placement(name, run_dir).items() if k in accepted and k not in options}
         check_call(factory, options, path, f"logger {name!r}", filled=placed)
+        checked.append((name, factory, {**placed, **options}))
+    return checked
+
+
+def build_loggers(logger_cfg: Any, run_dir: Path) -> list[Logger]:
+    """The loggers of ``logger_cfg``, writing under ``run_dir``; [] for none."""
+    loggers = []
+    for name, factory, kwargs in check_loggers(logger_cfg, run_dir):
         try:
-            loggers.append(factory(**placed, **options))
+            loggers.append(factory(**kwargs))
         except (ValueError, TypeError, ImportError, ModuleNotFoundError) as exc:
-            raise ConfigError(path, f"logger {name!r} refused its options: {exc}") from None
+            raise ConfigError(f"logger.{name}", f"logger {name!r} refused its options: {exc}") from None
     return loggers

@@ -25,7 +25,7 @@ from modelforge.console import quiet_third_party, run_log
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.resources import allocation_errors
-from modelforge.run_dir import check_run_dir_is_new
+from modelforge.run_records import check_run_dir
 from modelforge.stops import Terminated
 from modelforge.summary import describe_model
 from modelforge.train.callbacks import early_stop_summary
@@ -92,7 +92,7 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     """
     quiet_third_party()
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
-    check_run_dir_is_new(run_dir)  # before anything is written there
+    check_run_dir(run_dir, "train")  # before anything is written there
     # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
     # batch while training, at once before.
     with stop_signals() as received:

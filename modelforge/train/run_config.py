@@ -24,6 +24,8 @@ from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.optim import validate_optim
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.train.trainer import build_datamodule, hydra_overrides
+from modelforge.train.callbacks import build_callbacks
+from modelforge.train.loggers import check_loggers
 from modelforge.train.trainer_options import check_trainer_options
 
 # What ClassifierModule logs at each validation: what picks the best checkpoint, and what
@@ -81,6 +83,8 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     validate_optim(plain.get("optim") or {}, plain.get("sched"))
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
     check_trainer_options(plain.get("trainer") or {})
+    check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
+    build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     return RunConfig(
         config=plain,
         model=model,

@@ -27,11 +27,6 @@ def current_run_dir(fallback_root: str | Path = "outputs") -> Path:
     return run_dir
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temp file in the same folder, fsync and rename: never half a file."""
-    write_text(path, text)
-
-
 def finite_or_none(value: Any) -> Any:
     """``value`` with every NaN/inf float replaced by None, recursively (JSON has no NaN)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -45,11 +40,11 @@ def finite_or_none(value: Any) -> Any:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Strict JSON (non-finite numbers as null), written atomically."""
-    write_atomic(path, json.dumps(finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    write_text(path, json.dumps(finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+    write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def write_setup_failure(run_dir: Path, exc: BaseException, record: dict[str, Any]) -> None:
