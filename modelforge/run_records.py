@@ -33,9 +33,14 @@ def run_records(run_dir: Path) -> list[Path]:
     return found + sorted((run_dir / "checkpoints").glob("*.ckpt"))
 
 
+def is_ddp_child() -> bool:
+    """True in a DDP rank that Lightning launched: it re-runs the command into its rank 0's run directory."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0) > 0
+
+
 def check_run_dir(run_dir: Path, command: str) -> None:
     """Raise ConfigError when ``run_dir`` holds a run: ``command`` would overwrite its record."""
-    found = run_records(run_dir)
+    found = [] if is_ddp_child() else run_records(run_dir)
     if not found:
         return
     if command == "train":
@@ -102,8 +107,8 @@ class KeepRunRecords(Callback):
     """Refuses to start a run (``train``/``eval``) in a directory that holds one."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if int(os.environ.get("LOCAL_RANK", "0") or 0) > 0:
-            return  # a DDP child re-runs the command into the run directory its rank 0 made
+        if is_ddp_child():
+            return
         try:
             check_run_dir(Path(config.hydra.run.dir), str(config.hydra.job.name))
         except ConfigError as exc:
