@@ -195,7 +195,7 @@ def startup(args: argparse.Namespace) -> dict:
         "modelforge summary": lambda: [py, "-m", "modelforge", "summary"],
         # Start-up, data checks, one training step, one validation and one test batch.
         "modelforge train (to its first step)": lambda: [
-            py, "-m", "modelforge", "train", *data, "trainer.max_steps=1", "trainer.limit_val_batches=1",
+            py, "-m", "modelforge", "train", *data, "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1",
             "trainer.limit_test_batches=1", "trainer.accelerator=cpu", f"hydra.run.dir={work / str(next(count))}"],
     }
     runs = {name: (lambda make=make: {"s": timed(make())[0]}) for name, make in commands.items()}

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from modelforge.errors import ConfigError
 from modelforge.hooks import GradClip, Verbose, build_hook_plugins
@@ -26,13 +26,15 @@ def test_each_plugin_has_a_yaml_that_packages_itself_under_hooks(name: str) -> N
 
 
 @pytest.mark.parametrize("name", HOOKS.names())
-def test_yaml_defaults_are_the_options_defaults(name: str) -> None:
-    # The Options dataclass is the one source of a plugin's defaults; the YAML lists the same keys so that
-    # Hydra refuses a misspelled override at composition, and says where the defaults come from.
+def test_yaml_defaults_are_the_options_defaults(name: str, primary: Path) -> None:
+    # The Options dataclass is the one source of a plugin's defaults: the YAML starts from the node
+    # generated from it and writes no value of its own; composing it gives exactly those defaults.
     text = (HOOKS_DIR / f"{name}.yaml").read_text()
     schema = HOOKS.schema(name)
-    assert yaml.safe_load(text) == dataclasses.asdict(schema())
-    assert f"# Keys and defaults mirror {schema.__name__} (modelforge/hooks/" in text
+    assert yaml.safe_load(text) == {"defaults": [f"/hook_defaults/{name}@_here_", "_self_"]}
+    assert f"their defaults live in {schema.__name__}, modelforge/hooks/" in text
+    cfg = compose_hooks(primary, "hooks_only", [f"hooks=[{name}]"])
+    assert OmegaConf.to_container(cfg.hooks[name]) == dataclasses.asdict(schema())
 
 
 @pytest.fixture
