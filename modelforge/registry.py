@@ -104,8 +104,10 @@ class Registry(Generic[T]):
 
     def names(self, pattern: str = "*", *, plugins: bool = True) -> list[str]:
         """Sorted names, filtered by a glob; ``plugins=False`` leaves out names that
-        ``modelforge.plugins`` entry points registered (the built-ins and names registered by import)."""
-        load_plugins()
+        ``modelforge.plugins`` entry points registered (the built-ins and names registered by import),
+        and so loads no plugin: safe while ``modelforge`` itself is still being imported."""
+        if plugins:
+            load_plugins()
         return sorted(
             n for n in self._entries
             if fnmatch.fnmatchcase(n, pattern) and (plugins or n not in self._plugin_of)
