@@ -1,4 +1,4 @@
-"""Multiply-accumulates (MACs) of a model's forward pass, counted by torch's own ``FlopCounterMode``.
+"""Multiply-accumulates (MACs) of a model's forward pass, as torch's ``FlopCounterMode`` counts them.
 
 ``torch.utils.flop_counter`` counts the FLOPs of matrix products: convolutions
 (``aten.convolution``), ``mm``/``addmm``/``bmm``, attention. Each
@@ -8,18 +8,91 @@ activations, pooling, element-wise merges (``add``/``concat``), dropout; for a
 CNN they are well under 1% of the total. Figures are per sample: one forward
 of ``batch_size`` zeros, divided by ``batch_size``. Importing this module loads
 neither Lightning nor Hydra.
+
+Why two ways of counting: entering ``FlopCounterMode`` imports ``torch._dynamo``
+(1.5-2 s, more than ``import torch`` itself), which every ``summary`` and every
+run's model line would pay. A model built only of layers whose count is known
+(convolutions and linear layers by torch's formula, the zero-MAC layers above,
+and modelforge's blocks and models, whose forwards only call their children) is
+counted from forward hooks instead; anything else, e.g. a user's block that calls
+``torch.matmul`` itself, goes through ``FlopCounterMode``. A test checks both
+ways agree on every shipped model and block.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 FLOPS_PER_MAC = 2
+
+# Layers with matrix products, counted per call from their output shape: out.numel() MACs per
+# output element times the inputs each one sums (torch's conv_flop_count and mm formulas / 2).
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+# Layers FlopCounterMode counts as 0 (no matrix product).
+_ZERO = {
+    nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+    nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.LayerNorm, nn.GroupNorm, nn.InstanceNorm1d, nn.InstanceNorm2d,
+    nn.InstanceNorm3d, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
+    nn.Mish, nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid, nn.Softplus, nn.Softsign,
+    nn.Tanhshrink, nn.Softmax, nn.LogSoftmax, nn.Sequential, nn.ModuleList, nn.ModuleDict,
+}
+
+
+def counts_from_children(cls: type) -> type:
+    """Class decorator: this module's forward only calls its children and element-wise ops, so
+    its MACs are its children's (lets :func:`forward_macs` count it without ``FlopCounterMode``)."""
+    cls._macs_from_children = True
+    return cls
+
+
+def _countable(module: nn.Module) -> bool:
+    kind = type(module)  # exact type: a subclass may override forward
+    return kind in _ZERO or kind in _CONVS or kind is nn.Linear or kind.__dict__.get("_macs_from_children", False)
+
+
+def _layer_macs(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> int:
+    if isinstance(module, _CONVS):
+        return output.numel() * (module.in_channels // module.groups) * math.prod(module.kernel_size)
+    if isinstance(module, nn.Linear):
+        return inputs[0].numel() * module.out_features
+    return 0
+
+
+def forward_macs(model: nn.Module, run: Callable[[], Any], batch_size: int) -> dict[str, int]:
+    """Per-sample MACs of every submodule (``named_modules()`` names; ``""`` is the model) during ``run()``,
+    a forward of ``batch_size`` samples. A parent's figure includes its children's."""
+    modules = dict(model.named_modules())
+    per_sample = FLOPS_PER_MAC * batch_size
+    if all(_countable(m) for m in modules.values()):
+        own: dict[str, int] = dict.fromkeys(modules, 0)
+        called: set[str] = set()  # as FlopCounterMode: a container never called (ModuleDict) counts 0
+        handles = []
+        for name, module in modules.items():
+            def record(m: nn.Module, inputs: tuple[Any, ...], output: Any, name: str = name) -> None:
+                called.add(name)
+                own[name] += FLOPS_PER_MAC * _layer_macs(m, inputs, output)
+
+            handles.append(module.register_forward_hook(record))
+        try:
+            run()
+        finally:
+            for handle in handles:
+                handle.remove()
+        flops = {name: sum(v for n, v in own.items() if n == name or not name or n.startswith(name + "."))
+                 if name in called else 0 for name in modules}
+        return {name: value // per_sample for name, value in flops.items()}
+    from torch.utils.flop_counter import FlopCounterMode  # imports torch._dynamo on first use: see above
+
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return macs_by_module(model, counter.get_flop_counts(), batch_size)
 
 
 def macs_by_module(model: nn.Module, flop_counts: Mapping[str, Mapping[Any, int]], batch_size: int) -> dict[str, int]:
@@ -45,14 +118,16 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...] | list[int], batch
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     was_training = model.training
-    try:
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
+
+    def run() -> None:
+        with torch.no_grad():
             model.eval()(torch.zeros(batch_size, *input_shape, device=device))
+
+    try:
+        per_module = forward_macs(model, run, batch_size)
     finally:
         model.train(was_training)
-    per_module = macs_by_module(model, counter.get_flop_counts(), batch_size)
-    total = counter.get_total_flops() // (FLOPS_PER_MAC * batch_size)
-    return total, {name: macs for name, macs in per_module.items() if name}
+    return per_module[""], {name: macs for name, macs in per_module.items() if name}
 
 
 def format_macs(macs: int) -> str:

@@ -7,9 +7,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
-from modelforge.flops import FLOPS_PER_MAC, format_macs, macs_by_module
+from modelforge.flops import FLOPS_PER_MAC, format_macs, forward_macs
 
 
 @dataclass
@@ -39,7 +38,7 @@ def describe_output(output: Any) -> str:
 def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 2) -> list[LayerRow]:
     """Run one dummy batch through ``model`` (eval mode, no grad) and describe every module.
 
-    The same forward is counted by ``FlopCounterMode``: each row's ``macs`` is per sample.
+    The same forward is counted (:func:`modelforge.flops.forward_macs`): each row's ``macs`` is per sample.
     """
     shapes: dict[str, str] = {}
     handles = []
@@ -49,16 +48,19 @@ def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 
 
         handles.append(module.register_forward_hook(record))
     was_training = model.training
-    try:
-        param = next(model.parameters(), None)
-        device = param.device if param is not None else torch.device("cpu")
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+
+    def run() -> None:
+        with torch.no_grad():
             model.eval()(torch.zeros(batch_size, *input_shape, device=device))
+
+    try:
+        macs = forward_macs(model, run, batch_size)
     finally:
         for handle in handles:
             handle.remove()
         model.train(was_training)
-    macs = macs_by_module(model, counter.get_flop_counts(), batch_size)
     rows = []
     for name, module in model.named_modules():
         rows.append(

@@ -7,10 +7,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from torch import nn
 
 from modelforge import build_model
-from modelforge.flops import count_macs, format_macs
+from modelforge.flops import _countable, count_macs, format_macs, forward_macs, macs_by_module
+from modelforge.layers.blocks import ConvBlock, LinearBlock
 from modelforge.paths import conf_dir
 from modelforge.summary import describe_model, format_summary, summarize
 
@@ -71,4 +73,55 @@ def test_importing_flops_loads_no_lightning() -> None:
     code = ("import sys, modelforge.flops, modelforge.summary; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('pytorch_lightning', 'lightning')]; "
             "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+
+def _flop_counter_macs(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 2) -> dict[str, int]:
+    """torch's own count (FlopCounterMode) of every module, the reference for the hook-based one."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model.eval()(torch.zeros(batch_size, *input_shape))
+    return macs_by_module(model, counter.get_flop_counts(), batch_size)
+
+
+@pytest.mark.parametrize("option", sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml")))
+def test_hook_count_equals_flop_counter_for_every_shipped_model(option: str) -> None:
+    model = build_model(conf_dir() / "model" / f"{option}.yaml", seed=0)
+    assert all(_countable(m) for m in model.modules()), "a shipped model fell back to FlopCounterMode"
+    hooks = forward_macs(model, lambda: model.eval()(torch.zeros(2, *model.input_shape)), 2)
+    assert hooks == _flop_counter_macs(model, model.input_shape) and hooks[""] > 0
+
+
+def test_every_block_and_torch_layer_kind_counts_as_flop_counter_does() -> None:
+    model = nn.Sequential(
+        ConvBlock(3, 8, kernel_size=3, padding=1, pool="max"),  # [B, 8, 12, 12]
+        nn.Conv2d(8, 8, 3, groups=4),  # grouped: [B, 8, 10, 10]
+        nn.Sequential(nn.Flatten(2), nn.Conv1d(8, 4, 2), nn.AdaptiveAvgPool1d(9)),  # [B, 4, 9]
+        nn.Flatten(), LinearBlock(36, 16, norm=True, dropout=0.1), nn.Linear(16, 5), nn.GELU(), nn.LayerNorm(5),
+        nn.Softmax(dim=1),
+    )
+    hooks = forward_macs(model, lambda: model.eval()(torch.zeros(2, 3, 24, 24)), 2)
+    assert hooks == _flop_counter_macs(model, (3, 24, 24)) and hooks["1"] > 0 and hooks["2.1"] > 0
+
+
+def test_a_layer_of_unknown_kind_is_counted_by_flop_counter() -> None:
+    class Bilinear(nn.Module):  # calls torch.matmul itself: only FlopCounterMode sees it
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(6, 6))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.weight
+
+    model = nn.Sequential(nn.Linear(4, 6), Bilinear())
+    assert not _countable(model[1])
+    assert count_macs(model, (4,)) == (4 * 6 + 6 * 6, {"0": 24, "1": 36})
+
+
+def test_summary_of_a_shipped_model_does_not_import_dynamo() -> None:
+    # FlopCounterMode imports torch._dynamo (1.5-2 s): the summary of a modelforge model must not pay it.
+    code = ("import sys; from modelforge import build_model; from modelforge.summary import summarize, describe_model; "
+            "m = build_model({'name': 'cnn'}); summarize(m, m.input_shape); describe_model(m, m.input_shape); "
+            "assert 'torch._dynamo' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)

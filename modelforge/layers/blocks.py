@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from modelforge.errors import ConfigError
+from modelforge.flops import counts_from_children
 from modelforge.layers.activations import make_activation
 from modelforge.registry import BLOCKS
 
@@ -24,6 +25,7 @@ def _activation_name(spec: Any) -> str:
 
 
 @BLOCKS.register("conv")
+@counts_from_children
 class ConvBlock(nn.Sequential):
     """Conv2d -> BatchNorm2d -> activation, then optional pooling and dropout."""
 
@@ -65,6 +67,7 @@ class ConvBlock(nn.Sequential):
 
 
 @BLOCKS.register("linear")
+@counts_from_children
 class LinearBlock(nn.Sequential):
     """Linear -> optional BatchNorm1d -> activation -> optional dropout."""
 
@@ -96,6 +99,7 @@ class LinearBlock(nn.Sequential):
 
 
 @BLOCKS.register("pool")
+@counts_from_children
 class Pool(nn.Module):
     """2-D max or average pooling (kind: max | avg)."""
 
@@ -120,6 +124,7 @@ BLOCKS.add("activation", make_activation, description="A lone activation, e.g. {
 
 
 @BLOCKS.register("add")
+@counts_from_children
 class Add(nn.Module):
     """Merge node: element-wise sum of its inputs (all of one shape)."""
 
@@ -131,6 +136,7 @@ class Add(nn.Module):
 
 
 @BLOCKS.register("concat")
+@counts_from_children
 class Concat(nn.Module):
     """Merge node: concatenation of its inputs along ``dim`` (channels by default)."""
 

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from modelforge.config import require_positive, require_probability, schema_from_signature
 from modelforge.errors import ConfigError
+from modelforge.flops import counts_from_children
 from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import ConvBlock, LinearBlock
 from modelforge.layers.initializers import initialize
@@ -26,6 +27,7 @@ from modelforge.registry import MODELS
 KAIMING_CONVS: Mapping[str, Any] = {"conv": "kaiming_normal", "linear": "default", "bias": "default", "norm": "default"}
 
 
+@counts_from_children
 class CNN(nn.Module):
     """Conv blocks over ``[in_channels, *enc_sizes]``, then linear blocks over ``dec_sizes``.
 

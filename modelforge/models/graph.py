@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from modelforge.config import require_positive, schema_from_signature, validate
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
+from modelforge.flops import counts_from_children
 from modelforge.layers.blocks import MERGE_BLOCKS
 from modelforge.layers.initializers import initialize
 from modelforge.layers.kwargs import check_kwargs
@@ -32,6 +33,7 @@ from modelforge.registry import MODELS
 INPUT = "input"
 
 
+@counts_from_children
 class GraphModel(nn.Module):
     """Runs ``nodes`` in topological ``order``; each reads the outputs named in ``inputs``."""
 

@@ -13,12 +13,14 @@ from typing import Any
 from torch import Tensor, nn
 
 from modelforge.config import require_positive, require_probability, schema_from_signature
+from modelforge.flops import counts_from_children
 from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import LinearBlock
 from modelforge.layers.initializers import initialize
 from modelforge.registry import MODELS
 
 
+@counts_from_children
 class MLP(nn.Module):
     """Flatten, linear blocks over ``hidden_sizes``, then a linear classifier.
 
