@@ -105,6 +105,7 @@ class LineProgress(ProgressBar):
         self.lines_per_epoch = lines_per_epoch
         self.every_s = every_s
         self._enabled = True
+        self._epoch_done: tuple[str, float] | None = None  # (epoch, seconds), logged by the next hook
 
     def disable(self) -> None:
         self._enabled = False
@@ -118,6 +119,7 @@ class LineProgress(ProgressBar):
         self._samples = 0
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._log_epoch_done(trainer)
         self._epoch_start = time.monotonic()
         total = self.total_train_batches
         self._every = max(1, int(total) // self.lines_per_epoch) if math.isfinite(total) else 100
@@ -151,10 +153,22 @@ class LineProgress(ProgressBar):
         return "  ".join(p for p in parts if p)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self._enabled:
-            return
-        log.info("%s done in %.2f s  %s", _epoch(trainer), time.monotonic() - self._epoch_start,
-                 _epoch_metrics(trainer))
+        # The line waits for the next hook: Lightning runs this before LightningModule.on_train_epoch_end,
+        # where ClassifierModule logs the epoch's training figures.
+        if self._enabled:
+            self._epoch_done = (_epoch(trainer), time.monotonic() - self._epoch_start)
+
+    def _log_epoch_done(self, trainer: pl.Trainer) -> None:
+        if self._epoch_done is not None:
+            epoch, seconds = self._epoch_done
+            self._epoch_done = None
+            log.info("%s done in %.2f s  %s", epoch, seconds, _epoch_metrics(trainer))
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._log_epoch_done(trainer)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._log_epoch_done(trainer)
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._enabled:
