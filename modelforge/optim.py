@@ -188,6 +188,13 @@ def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[str, Any, dict[
     factory = SCHEDULERS.get(name, path="sched.name")
     lightning = {k: options.pop(k) for k in LIGHTNING_SCHED_KEYS if k in options}
     planned = not isinstance(factory, type)
+    epochs = options.pop("epochs", None)  # modelforge's, not the factory's: see planned_epochs
+    if epochs is not None:
+        if not planned or name == "none":
+            raise ConfigError("sched.epochs", f"sched {name!r} is not planned over the run, so it spans no epochs",
+                              allowed="sched.epochs with onecycle, cosine or warmup_cosine")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ConfigError("sched.epochs", f"got {epochs!r}", allowed="null (trainer.max_epochs) or an integer >= 1")
     check_call(factory, options, "sched", f"sched {name!r}", skip=_PLANNED_ARGS if planned else _CLASS_ARGS,
                verb="has")
     interval = lightning.setdefault("interval", "step" if planned else "epoch")
@@ -253,6 +260,17 @@ def configure_optimizers(model: nn.Module, optim_cfg: Mapping[str, Any], sched_c
     if scheduler is None:
         return optimizer
     return {"optimizer": optimizer, "lr_scheduler": lr_scheduler_config(scheduler, sched_cfg)}
+
+
+def planned_epochs(sched_cfg: Mapping[str, Any] | None) -> int | None:
+    """``sched.epochs``: the epochs a planned schedule spans, or None for the run's own length.
+
+    Set, the schedule no longer follows ``trainer.max_epochs``: a run of 1 epoch with
+    ``sched.epochs=2`` takes the first half of a 2-epoch schedule, and resuming it with
+    ``trainer.max_epochs=2`` gives what 2 epochs in one go give.
+    """
+    _sched_options(sched_cfg)  # checked there
+    return (sched_cfg or {}).get("epochs")
 
 
 def schedule_length(scheduler: Any) -> int | None:

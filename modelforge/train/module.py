@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from modelforge.optim import build_scheduler, configure_optimizers, schedule_length
+from modelforge.optim import build_scheduler, configure_optimizers, planned_epochs, schedule_length
 
 STAGES = ("train", "val", "test")
 STEP_LOSS_DISPLAY_S = 0.5  # how often a progress bar reads the step loss (modelforge.train.progress)
@@ -71,15 +71,16 @@ class ClassifierModule(pl.LightningModule):
     def on_train_start(self) -> None:
         # A resumed run may end at another step than the run it resumes planned for (more
         # epochs, fewer batches per epoch): re-plan the schedule to end with this run, from here on.
-        end = fit_end_step(self.trainer)
         config = self.hparams.config
+        end = schedule_end_step(self.trainer, config.get("sched"))
         for sched_config in self.trainer.lr_scheduler_configs:
             planned = schedule_length(sched_config.scheduler)
             if planned in (None, end) or end <= self.global_step:
                 continue
-            log.info("resuming at step %d of a schedule planned for %d steps; this run ends at step %d: "
+            ends = "this run ends" if planned_epochs(config.get("sched")) is None else "sched.epochs ends it"
+            log.info("resuming at step %d of a schedule planned for %d steps; %s at step %d: "
                      "the schedule is re-planned over %d steps, continuing from step %d",
-                     self.global_step, planned, end, end, self.global_step)
+                     self.global_step, planned, ends, end, end, self.global_step)
             sched_config.scheduler = build_scheduler(
                 sched_config.scheduler.optimizer, config.get("sched"), end, sched_config.scheduler.optimizer.defaults["lr"],
                 last_step=self.global_step - 1,
@@ -166,8 +167,17 @@ class ClassifierModule(pl.LightningModule):
 
     def configure_optimizers(self) -> Any:
         config = self.hparams.config
-        total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
+        total_steps = schedule_end_step(self.trainer, config.get("sched"))
         return configure_optimizers(self.model, config["optim"], config.get("sched"), total_steps)
+
+
+def schedule_end_step(trainer: pl.Trainer, sched_cfg: Any) -> int:
+    """The step a planned schedule ends at: ``sched.epochs`` epochs when set, else where this fit ends."""
+    epochs = planned_epochs(sched_cfg)
+    end = fit_end_step(trainer)  # also sets up the training data, so num_training_batches is known
+    if epochs is None or not math.isfinite(trainer.num_training_batches):
+        return end
+    return max(epochs * math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches), 1)
 
 def fit_end_step(trainer: pl.Trainer) -> int:
     """The global step this fit ends at; a resumed run counts on from its checkpoint's step."""

@@ -11,6 +11,7 @@ import pytest
 import torch
 from pytorch_lightning.callbacks import Callback
 
+from modelforge.errors import ConfigError
 from modelforge.stops import Terminated
 from modelforge.train import train
 from tests.train.conftest import compose_train
@@ -34,9 +35,12 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert _last(a)["global_step"] == ma["global_step"] and _last(b)["global_step"] == mb["global_step"]
 
 
-@pytest.mark.parametrize("sched", ["none"])
-def test_one_epoch_then_resume_equals_two_epochs_in_one_go(sched: str, tiny_mnist: Path, tmp_path: Path) -> None:
-    args = (*SAME, f"sched={sched}")
+# onecycle over a fixed 2 epochs (sched.epochs): the 1-epoch run takes the first half of the
+# 2-epoch schedule. Without it, that run plans (and anneals) over its own 1 epoch: see the README.
+@pytest.mark.parametrize("sched", [("sched=none",), ("sched=onecycle", "sched.epochs=2")], ids=["none", "onecycle"])
+def test_one_epoch_then_resume_equals_two_epochs_in_one_go(sched: tuple[str, ...], tiny_mnist: Path,
+                                                           tmp_path: Path) -> None:
+    args = (*SAME, *sched)
     train(compose_train(tiny_mnist, *args, "trainer.max_epochs=2"), run_dir=tmp_path / "one_go")
     train(compose_train(tiny_mnist, *args, "trainer.max_epochs=1"), run_dir=tmp_path / "first")
     ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
@@ -72,3 +76,18 @@ def test_resume_after_sigterm_mid_epoch_equals_never_stopping(sched: str, tiny_m
     assert torch.load(ckpt, weights_only=True)["global_step"] == 6  # 4 batches an epoch: mid-epoch 2
     train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
     assert_same_run(tmp_path / "one_go", tmp_path / "resumed")
+
+
+def test_sched_epochs_plans_the_schedule_over_that_many_epochs(tiny_mnist: Path, tmp_path: Path) -> None:
+    train(compose_train(tiny_mnist, *SAME, "sched=onecycle", "sched.epochs=3", "trainer.max_epochs=1"),
+          run_dir=tmp_path / "run")
+    scheduler = _last(tmp_path / "run")["lr_schedulers"][0]
+    assert scheduler["total_steps"] == 3 * 4 and scheduler["last_epoch"] == 4  # 4 batches an epoch
+
+
+def test_sched_epochs_is_refused_where_no_schedule_is_planned(tiny_mnist: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"sched\.epochs.*'step' is not planned"):
+        train(compose_train(tiny_mnist, *SAME, "sched=step", "+sched.epochs=2"), run_dir=tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"sched\.epochs: got 0"):
+        train(compose_train(tiny_mnist, *SAME, "sched=onecycle", "sched.epochs=0"), run_dir=tmp_path / "run2")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run2").exists()
