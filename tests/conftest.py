@@ -12,6 +12,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Under pytest-xdist (the default run: pyproject's addopts), N workers share the cores: each
+# worker, and every `python -m modelforge` it starts, gets cores/N torch threads instead of all of
+# them, so the workers do not slow each other down by oversubscribing the CPU.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 REAL_MNIST = Path(os.environ.get("MODELFORGE_REAL_MNIST", REPO.parent / "shared" / "datasets" / "mnist"))
 
 
