@@ -94,5 +94,8 @@ def write_results(results_dir: Path, target: Path) -> str:
         note = f" Conditions: {r['note']}." if r.get("note") else ""
         lines += [f"## {title}", "", f"{r['date']}, {NOTE[r['mode']]} Took {r['seconds']:.0f} s.{note}", "",
                   *render(r), ""]
+    changes = target.parent / "CHANGES.md"  # hand-kept: each speed change with its before/after figure
+    if changes.exists():
+        lines += [changes.read_text().rstrip(), ""]
     target.write_text("\n".join(lines))
     return "\n".join(lines)
