@@ -3,7 +3,6 @@ launcher runs the jobs here anyway, as subprocesses (e2e) for launchers, DDP and
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -85,22 +84,6 @@ def test_a_failed_optuna_trial_does_not_stop_the_search(sweep, tmp_path: Path) -
     assert all(job in result.stderr for job in failed)
 
 
-@pytest.mark.e2e
-def test_ddp_cpu_writes_one_run(cli, tmp_path: Path, tiny_args: list[str]) -> None:
-    run_dir = tmp_path / "run"
-    result = cli("train", "trainer=ddp_cpu", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                 "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", *tiny_args,
-                 f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (run_dir / "train_ddp_process_1.log").read_text()  # two processes
-    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("metrics.json")] == [Path("run/metrics.json")]
-    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no directory per rank
-    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
-    rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").open()))
-    # One row each for the validation, the training epoch and the test: logged once, not per rank.
-    assert len(rows) == 3 and sum(bool(r["val/acc"]) for r in rows) == sum(bool(r["test/acc"]) for r in rows) == 1
-
-
 @pytest.mark.parametrize(("launcher", "says"), [
     (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], "Joblib.Parallel(n_jobs=2"),
     (["hydra/launcher=submitit_local"], "Submitit 'local' sweep output dir"),  # the SLURM launcher's code path
@@ -132,17 +115,3 @@ def test_every_experiment_runs(sweep, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     rows = read_summary(tmp_path / "sweep")
     assert sorted(r["overrides"] for r in rows) == [f"experiment={n}" for n in ("activations", "enc_sizes", "fast", "seed_cnn")]
-
-
-@pytest.mark.e2e
-def test_ddp_jobs_in_a_sweep_share_nothing_but_the_sweep(sweep, tmp_path: Path) -> None:
-    result = sweep("trainer=ddp_cpu", "enc_sizes=[8],[4]", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                   "trainer.limit_val_batches=1", "trainer.limit_test_batches=1")
-    # Non-zero also when a rank exited uncleanly: rank 0 reaps its ranks and raises.
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "terminate called" not in result.stderr  # no rank aborted at exit with its process group open
-    rows = read_summary(tmp_path / "sweep")
-    assert [r["status"] for r in rows] == ["finished", "finished"]
-    for job in ("0", "1"):  # each job started its own rank-1 process, in its own directory
-        assert (tmp_path / "sweep" / job / "train_ddp_process_1.log").is_file()
-    assert result.stdout.count("sweep summary") == 1  # the children ran one job each, not the sweep
