@@ -46,11 +46,11 @@ def test_pictures_are_written_and_a_bad_suffix_is_refused(tmp_path: Path) -> Non
         draw_model_graph(model, model.input_shape, tmp_path / "m.txt")
 
 
-def test_summary_command_draws_the_graph(cli, tmp_path: Path) -> None:
+def test_summary_command_draws_the_graph(run_main, tmp_path: Path) -> None:
     out = tmp_path / "graph.svg"
-    result = cli("summary", "model=graph", f"summary.graph={out}")
+    result = run_main("summary", "model=graph", f"summary.graph={out}")
     assert result.returncode == 0, result.stderr
     assert f"module graph written to {out}" in result.stdout and "nodes.skip1" in out.read_text()
-    bad = cli("summary", "model=graph", f"summary.graph={tmp_path / 'graph.txt'}")
+    bad = run_main("summary", "model=graph", f"summary.graph={tmp_path / 'graph.txt'}")
     assert bad.returncode == 2 and "summary.graph: " in bad.stderr
     assert "Total params" not in bad.stdout and "Traceback" not in bad.stderr  # refused before any work

@@ -63,8 +63,8 @@ def test_summary_rows_and_table_show_the_macs() -> None:
     assert format_macs(999) == "999" and format_macs(51_200_000_000) == "51.20 G"
 
 
-def test_summary_command_prints_the_total(cli) -> None:
-    result = cli("summary", "model=cnn")
+def test_summary_command_prints_the_total(run_main) -> None:
+    result = run_main("summary", "model=cnn")
     assert result.returncode == 0, result.stderr
     assert f"Total MACs: {HAND_COUNT:,} per sample" in result.stdout
 

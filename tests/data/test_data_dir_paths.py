@@ -20,12 +20,14 @@ def test_failed_download_removes_the_folders_it_made(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [tmp_path / "kept"] and not list((tmp_path / "kept").iterdir())
 
 
-def test_relative_data_path_from_elsewhere_fails_once_and_creates_nothing(cli, tmp_path: Path) -> None:
+def test_relative_data_path_from_elsewhere_fails_once_and_creates_nothing(run_main, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     run_dir = tmp_path / "run"
-    result = cli("train", "trainer.max_epochs=1", f"data.mirrors=[{UNREACHABLE}]", f"hydra.run.dir={run_dir}",
-                 cwd=elsewhere, env={"MODELFORGE_DATA": "../shared/datasets/mnist"})
+    monkeypatch.setenv("MODELFORGE_DATA", "../shared/datasets/mnist")
+    result = run_main("train", "trainer.max_epochs=1", f"data.mirrors=[{UNREACHABLE}]", f"hydra.run.dir={run_dir}",
+                      cwd=elsewhere)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"MNIST files missing from data_dir {tmp_path / 'shared' / 'datasets' / 'mnist'}" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "run"]  # no ../shared/datasets/mnist

@@ -20,9 +20,9 @@ def _strict(text: str) -> dict:
     return json.loads(text, parse_constant=refuse)
 
 
-def test_sgd_at_lr_1e6_stops_naming_the_step_and_exits_3(cli, tiny_mnist: Path, tmp_path: Path) -> None:
+def test_sgd_at_lr_1e6_stops_naming_the_step_and_exits_3(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    result = cli("train", "model=cnn", "enc_sizes=[8,16]", "optim=sgd", "optim.lr=1e6", "trainer.max_epochs=1",
+    result = run_main("train", "model=cnn", "enc_sizes=[8,16]", "optim=sgd", "optim.lr=1e6", "trainer.max_epochs=1",
                  *tiny_cli_args(tiny_mnist), f"hydra.run.dir={run}")
     assert result.returncode == 3
     assert "Traceback" not in result.stderr

@@ -13,9 +13,9 @@ from modelforge.train import train
 from tests.train.conftest import compose_train, tiny_cli_args
 
 
-def test_a_model_too_big_to_build_is_one_message(cli, tiny_mnist: Path, tmp_path: Path) -> None:
+def test_a_model_too_big_to_build_is_one_message(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
     # A 1e11-wide Linear asks for 627,200 GB at once: the allocator refuses at once, nothing is touched.
-    result = cli("train", "model=cnn", "enc_sizes=[8]", "dec_sizes=[100000000000]", *tiny_cli_args(tiny_mnist),
+    result = run_main("train", "model=cnn", "enc_sizes=[8]", "dec_sizes=[100000000000]", *tiny_cli_args(tiny_mnist),
                  f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (

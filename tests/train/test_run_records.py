@@ -21,16 +21,16 @@ def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_eval_into_a_training_run_dir_is_refused_and_leaves_it_byte_for_byte(cli, tiny_mnist: Path,
+def test_eval_into_a_training_run_dir_is_refused_and_leaves_it_byte_for_byte(run_main, tiny_mnist: Path,
                                                                               tmp_path: Path) -> None:
     run = tmp_path / "run"
-    trained = cli("train", "model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=1", *tiny_cli_args(tiny_mnist),
+    trained = run_main("train", "model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=1", *tiny_cli_args(tiny_mnist),
                   f"hydra.run.dir={run}")
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert (run / ".hydra" / "overrides.yaml").is_file()
     before = _snapshot(run)
 
-    result = cli("eval", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", f"data.data_dir={tiny_mnist}",
+    result = run_main("eval", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", f"data.data_dir={tiny_mnist}",
                  f"hydra.run.dir={run}")
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: hydra.run.dir: {run} already holds a run (metrics.json")

@@ -22,7 +22,7 @@ ENDLESS = ("model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=100000", 
     (signal.SIGINT, "interrupted", 130),
 ])
 def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_signal(
-        signum: int, status: str, code: int, cli, tiny_mnist: Path, tmp_path: Path) -> None:
+        signum: int, status: str, code: int, run_main, tiny_mnist: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc = start_train(*tiny_cli_args(tiny_mnist), *ENDLESS, f"hydra.run.dir={run}")
     wait_for(run / "checkpoints" / "last.ckpt", proc)  # an epoch has ended: training is under way
@@ -40,8 +40,8 @@ def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_signal(
     if signum != signal.SIGTERM:
         return  # the same checkpoint path; resuming it is shown once, for SIGTERM
     epoch = torch.load(saved, weights_only=True)["epoch"]
-    resumed = cli("train", *tiny_cli_args(tiny_mnist), *ENDLESS[:2], "sched=none",
-                  f"trainer.max_epochs={epoch + 1}", f"ckpt_path={saved}", f"hydra.run.dir={tmp_path / 'resumed'}")
+    resumed = run_main("train", *tiny_cli_args(tiny_mnist), *ENDLESS[:2], "sched=none",  # in process: quicker
+                       f"trainer.max_epochs={epoch + 1}", f"ckpt_path={saved}", f"hydra.run.dir={tmp_path / 'resumed'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
     assert after["status"] == "finished" and after["epochs"] == epoch + 1
