@@ -30,7 +30,10 @@ def test_fast_dev_run(tiny_mnist: Path, tmp_path: Path) -> None:
     train(cfg, run_dir=tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["status"] == "finished" and metrics["global_step"] == 1
-    assert 0.0 <= metrics["test/acc"] <= 1.0
+    # fast_dev_run tests one batch of 32 (data.batch_size): the accuracy is a count out of 32, and
+    # the recorded figures are the test pass's own (a one-step MLP is not yet right on every image)
+    correct = metrics["test/acc"] * 32
+    assert correct == round(correct) and metrics["test/acc"] < 1.0 and metrics["test/loss"] > 0.5
 
 
 def test_metrics_json_holds_the_run(trained_run: Path) -> None:
