@@ -115,19 +115,25 @@ def count_macs(model: nn.Module, input_shape: tuple[int, ...] | list[int], batch
     the model's train/eval mode is restored. Every module of ``named_modules()`` except
     the model itself is in the dict (0 for those without matrix products).
     """
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
     was_training = model.training
-
-    def run() -> None:
-        with torch.no_grad():
-            model.eval()(torch.zeros(batch_size, *input_shape, device=device))
-
     try:
-        per_module = forward_macs(model, run, batch_size)
+        per_module = forward_macs(model, zeros_forward(model, input_shape, batch_size), batch_size)
     finally:
         model.train(was_training)
     return per_module[""], {name: macs for name, macs in per_module.items() if name}
+
+
+def zeros_forward(model: nn.Module, input_shape: tuple[int, ...] | list[int], batch_size: int) -> Callable[[], Any]:
+    """A forward of ``batch_size`` zero inputs through ``model`` in eval mode without gradients,
+    on the device of its parameters (the caller restores train mode)."""
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+
+    def run() -> Any:
+        with torch.no_grad():
+            return model.eval()(torch.zeros(batch_size, *input_shape, device=device))
+
+    return run
 
 
 def format_macs(macs: int) -> str:

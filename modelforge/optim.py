@@ -269,8 +269,7 @@ def planned_epochs(sched_cfg: Mapping[str, Any] | None) -> int | None:
     ``sched.epochs=2`` takes the first half of a 2-epoch schedule, and resuming it with
     ``trainer.max_epochs=2`` gives what 2 epochs in one go give.
     """
-    _sched_options(sched_cfg)  # checked there
-    return (sched_cfg or {}).get("epochs")
+    return (sched_cfg or {}).get("epochs")  # checked by _sched_options with the rest of sched, before work
 
 
 def schedule_length(scheduler: Any) -> int | None:

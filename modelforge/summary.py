@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelforge.flops import FLOPS_PER_MAC, format_macs, forward_macs
+from modelforge.flops import FLOPS_PER_MAC, format_macs, forward_macs, zeros_forward
 
 
 @dataclass
@@ -48,15 +48,8 @@ def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 
 
         handles.append(module.register_forward_hook(record))
     was_training = model.training
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
-
-    def run() -> None:
-        with torch.no_grad():
-            model.eval()(torch.zeros(batch_size, *input_shape, device=device))
-
     try:
-        macs = forward_macs(model, run, batch_size)
+        macs = forward_macs(model, zeros_forward(model, input_shape, batch_size), batch_size)
     finally:
         for handle in handles:
             handle.remove()
