@@ -21,8 +21,15 @@ def test_unknown_command_suggests(run_main) -> None:
 def test_list_everything(run_main) -> None:
     result = run_main("list")
     assert result.returncode == 0
-    for header in ("activations:", "blocks:", "models:", "initializers:", "hooks:", "optimizers:", "schedulers:"):
+    for header in ("activations:", "blocks:", "models:", "initializers:", "hooks:", "optimizers:", "schedulers:",
+                   "datamodules:", "callbacks:", "loggers:"):
         assert header in result.stdout
+
+
+def test_list_datamodules_names_the_built_in_data_sets(run_main) -> None:
+    result = run_main("list", "datamodules")
+    assert result.returncode == 0 and result.stdout.startswith("datamodules:")
+    assert {"mnist", "fashion_mnist", "idx"} <= {line.split()[0] for line in result.stdout.splitlines()[1:]}
 
 
 def test_list_one_registry_with_descriptions(run_main) -> None:

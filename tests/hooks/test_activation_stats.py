@@ -32,6 +32,7 @@ def test_stats_of_activations_and_of_their_gradients_equal_a_hand_count(model, b
     assert 0 < stats["act_zeros"] < 1
     assert stats["grad_mean"] == pytest.approx(expected_grad.mean().item(), rel=1e-5, abs=1e-7)
     assert stats["grad_std"] == pytest.approx(expected_grad.std(unbiased=False).item(), rel=1e-5)
+    assert stats["grad_zeros"] == pytest.approx((expected_grad == 0).float().mean().item())
     assert hook_count(model) == 0
 
 

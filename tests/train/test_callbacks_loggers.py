@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
+import yaml
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, StochasticWeightAveraging, Timer
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
@@ -29,6 +30,17 @@ def test_callbacks_are_built_by_name_with_their_own_arguments() -> None:
     assert isinstance(lr, LearningRateMonitor) and isinstance(swa, StochasticWeightAveraging)
     assert isinstance(timer, Timer) and type(report).__name__ == "EarlyStopReport"
     assert build_callbacks({"early_stopping": {}})[0].mode == "max"  # val/acc: higher is better
+
+
+def test_the_progress_bar_and_model_summary_callbacks_take_the_shipped_yaml() -> None:
+    from pytorch_lightning.callbacks import ModelSummary, RichProgressBar
+
+    pytest.importorskip("rich")
+    conf = Path(__file__).resolve().parents[2] / "conf" / "callbacks"
+    options = {name: yaml.safe_load((conf / f"{name}.yaml").read_text()) for name in ("rich_progress_bar", "model_summary")}
+    bar, summary = build_callbacks(options)
+    assert isinstance(bar, RichProgressBar) and bar._leave is False
+    assert isinstance(summary, ModelSummary) and summary._max_depth == 2
 
 
 @pytest.mark.parametrize(("cfg", "match"), [

@@ -119,3 +119,21 @@ def test_resume_with_fewer_batches_replans_the_schedule(tiny_mnist: Path, tmp_pa
     assert metrics["status"] == "finished" and metrics["global_step"] == 4 + 2 * 1
     assert "resuming at step 4 of a schedule planned for 4 steps; this run ends at step 6" in caplog.text
     assert not (tmp_path / "resumed" / "checkpoints" / "interrupted.ckpt").exists()
+
+
+@pytest.mark.parametrize(("every_s", "step_lines"), [(0.0, 1), (1e9, 0)])
+def test_a_progress_line_comes_at_least_every_every_s_seconds(every_s: float, step_lines: int,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    import pytorch_lightning as pl
+
+    from tests.hooks.test_callback import LitTiny, loader
+
+    # 2 batches an epoch, 1 line per epoch by steps (at the last batch, where the epoch line
+    # takes over): only the time trigger can print the line after step 1.
+    trainer = pl.Trainer(callbacks=[LineProgress(lines_per_epoch=1, every_s=every_s)], max_epochs=1,
+                         accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False)
+    with caplog.at_level("INFO", logger="modelforge.train.progress"):
+        trainer.fit(LitTiny(), loader())
+    lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.train.progress"]
+    assert sum(line.startswith("epoch 1/1  step 1/2") for line in lines) == step_lines
+    assert any(line.startswith("epoch 1/1 done in") for line in lines)
