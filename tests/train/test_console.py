@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
+import yaml
 
 from modelforge import build_model
 from modelforge.data import MNISTDataModule
@@ -124,7 +125,6 @@ def test_resume_with_fewer_batches_replans_the_schedule(tiny_mnist: Path, tmp_pa
 @pytest.mark.parametrize(("every_s", "step_lines"), [(0.0, 1), (1e9, 0)])
 def test_a_progress_line_comes_at_least_every_every_s_seconds(every_s: float, step_lines: int,
                                                               caplog: pytest.LogCaptureFixture) -> None:
-    import pytorch_lightning as pl
 
     from tests.hooks.test_callback import LitTiny, loader
 
@@ -137,3 +137,15 @@ def test_a_progress_line_comes_at_least_every_every_s_seconds(every_s: float, st
     lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.train.progress"]
     assert sum(line.startswith("epoch 1/1  step 1/2") for line in lines) == step_lines
     assert any(line.startswith("epoch 1/1 done in") for line in lines)
+
+
+def test_resume_with_another_batch_size_continues_with_the_new_data_settings(tiny_mnist: Path, tmp_path: Path) -> None:
+    # The README's Resuming table: data.* comes from the command line, the training state from the checkpoint.
+    args = ("model=mlp", "model.hidden_sizes=[16]", "sched=none")
+    train(compose_train(tiny_mnist, *args, "trainer.max_epochs=1"), run_dir=tmp_path / "first")  # 128 / 32: 4 steps
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    train(compose_train(tiny_mnist, *args, "trainer.max_epochs=2", "data.batch_size=16", f"ckpt_path={last}"),
+          run_dir=tmp_path / "resumed")
+    metrics = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics["epochs"] == 2 and metrics["global_step"] == 4 + 128 // 16
+    assert yaml.safe_load((tmp_path / "resumed" / "config.yaml").read_text())["data"]["batch_size"] == 16
