@@ -87,3 +87,19 @@ def test_save_images_needs_a_run_dir(model) -> None:
     with pytest.raises(ConfigError, match=r"^hooks\.feature_capture\.save_images: needs a run directory"):
         plugin.attach(model)
     assert hook_count(model) == 0
+
+
+def test_feature_grid_tiles_each_channel_scaled_to_its_own_range() -> None:
+    from modelforge.hooks.feature_images import GAP, row_gap, tile_channels
+
+    maps = torch.stack([torch.arange(6.0).reshape(2, 3), torch.full((2, 3), 5.0), -torch.arange(6.0).reshape(2, 3)])
+    mosaic = tile_channels(maps, cols=2)  # 3 channels: two on the first row, one on the second
+    gap_y = row_gap(2)
+    assert mosaic.shape == (gap_y + 2 * (2 + gap_y), 2 * 3 + GAP)
+    first = mosaic[gap_y:gap_y + 2, 0:3]
+    assert torch.equal(first, torch.arange(6.0).reshape(2, 3) / 5)  # 0..5 -> 0..1
+    assert torch.equal(mosaic[gap_y:gap_y + 2, 3 + GAP:], torch.zeros(2, 3))  # a constant channel
+    third = mosaic[2 * gap_y + 2:2 * gap_y + 4, 0:3]
+    assert torch.allclose(third, 1 - torch.arange(6.0).reshape(2, 3) / 5)  # -5..0 -> 0..1
+    assert mosaic[:gap_y].isnan().all() and mosaic[gap_y:gap_y + 2, 3:3 + GAP].isnan().all()  # background
+    assert mosaic[2 * gap_y + 2:, 3 + GAP:].isnan().all()  # no fourth channel
