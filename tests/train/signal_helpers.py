@@ -15,8 +15,11 @@ from tests.conftest import REPO
 def start_train(*args: str, cwd: Path = REPO) -> subprocess.Popen:
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     env.pop("PYTEST_CURRENT_TEST", None)
+    # SIGINT as in a terminal: a test run started in the background (`pytest &`) has SIGINT ignored,
+    # children inherit that, and Python then keeps ignoring it (no KeyboardInterrupt): Ctrl-C is untestable.
     return subprocess.Popen([sys.executable, "-m", "modelforge", "train", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for(path: Path, proc: subprocess.Popen, limit_s: float = 120) -> None:
