@@ -66,6 +66,7 @@ def run_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
         capsys.readouterr()
         root = logging.getLogger()
         handlers, level = list(root.handlers), root.level
+        captured = (sys.stdout, sys.stderr)
         try:
             code = main(list(args))
         except SystemExit as exc:
@@ -76,7 +77,35 @@ def run_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
             # Hydra's job logging replaced the root handlers with ones writing to this test's capture.
             root.handlers[:] = handlers
             root.setLevel(level)
+            _follow_current_streams(captured)
         out, err = capsys.readouterr()
         return CliResult(code, out, err)
 
     return run
+
+
+class _CurrentStream:
+    """Writes to whatever ``sys.stdout`` / ``sys.stderr`` is at the time of writing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def write(self, text: str) -> int:
+        return getattr(sys, self.name).write(text)
+
+    def flush(self) -> None:
+        getattr(sys, self.name).flush()
+
+
+def _follow_current_streams(captured: tuple[object, object]) -> None:
+    """Handlers a library added during a command (optuna adds one to its logger, once per process)
+    keep this test's capture, closed after it; in a process of its own they would write to the
+    process's stderr: point them at the current stream instead."""
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and stream in captured:
+                handler.setStream(_CurrentStream("stdout" if stream is captured[0] else "stderr"))
+
