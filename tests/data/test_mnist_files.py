@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -128,14 +126,3 @@ def test_raw_file_preferred_over_gz(mnist_dir) -> None:
     folder, _ = mnist_dir
     write_idx(folder / "t10k-labels-idx1-ubyte", idx_bytes(torch.full((32,), 3, dtype=torch.uint8), 2049))
     assert load_mnist(folder, download=False, verify=False)["test"][1].tolist() == [3] * 32
-
-
-def test_file_layer_does_not_import_lightning() -> None:
-    # `import modelforge` leaves the data layer alone; the data layer leaves Lightning alone.
-    code = ("import sys, modelforge; print('modelforge.data' in sys.modules); "
-            "import modelforge.data, modelforge.data.mnist_files, modelforge.data.idx; "
-            "print(sorted(m for m in sys.modules if 'lightning' in m))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[2])
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "[]"]

@@ -1,0 +1,57 @@
+"""What each layer of modelforge imports, seen in one fresh interpreter (imports are per process).
+
+Model building, hooks, the data files and the summary must work without Lightning; hooks
+without matplotlib; the summary of a modelforge model without torch._dynamo (FlopCounterMode
+imports it, 1.5-2 s). One subprocess walks the layers in turn and reports, after each, which
+of those packages are loaded: cumulative, so a layer's check also covers the layers before it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+WALK = textwrap.dedent("""
+    import json, sys
+    WATCHED = ("pytorch_lightning", "lightning", "lightning_fabric", "matplotlib", "torch._dynamo", "modelforge.data")
+    seen = {}
+    def note(stage):
+        seen[stage] = sorted(w for w in WATCHED if any(m == w or m.startswith(w + ".") for m in sys.modules))
+    import modelforge
+    note("import modelforge")
+    model = modelforge.build_model({"name": "cnn"})
+    note("build_model")
+    import modelforge.hooks
+    note("import modelforge.hooks")
+    import modelforge.flops, modelforge.summary
+    note("import modelforge.flops, modelforge.summary")
+    from modelforge.summary import summarize, describe_model
+    summarize(model, model.input_shape)
+    describe_model(model, model.input_shape)
+    note("summary of a shipped model")
+    import modelforge.data, modelforge.data.mnist_files, modelforge.data.idx
+    note("import modelforge.data")
+    print(json.dumps(seen))
+""")
+
+
+@pytest.mark.e2e
+def test_each_layer_loads_only_what_it_needs() -> None:
+    out = subprocess.run([sys.executable, "-c", WALK], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])  # stage -> watched packages loaded by then
+    assert loaded == {
+        "import modelforge": [],  # nor the data layer: building a model needs no data code
+        "build_model": [],
+        "import modelforge.hooks": [],  # no Lightning, no matplotlib (imported when a PNG is written)
+        "import modelforge.flops, modelforge.summary": [],
+        "summary of a shipped model": [],  # MACs from forward hooks: no torch._dynamo
+        "import modelforge.data": ["modelforge.data"],  # the data files need no Lightning
+    }
