@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Names chosen to break tests that pin registry contents: a glob match for "con*", a name next
@@ -30,6 +32,7 @@ PLUGIN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_registry_tests_pass_with_a_plugin_installed(tmp_path: Path) -> None:
     (tmp_path / "mf_test_plugin.py").write_text(PLUGIN)
     dist = tmp_path / "mf_test_plugin-1.0.dist-info"
@@ -38,13 +41,13 @@ def test_registry_tests_pass_with_a_plugin_installed(tmp_path: Path) -> None:
     (dist / "entry_points.txt").write_text("[modelforge.plugins]\nmf_test = mf_test_plugin\n")
     marker = tmp_path / "marker"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "MF_PLUGIN_MARKER": str(marker)}
-    check = ("import modelforge; n = modelforge.BLOCKS.names('con*'); "
-             "assert 'conv_plugin' in n and modelforge.BLOCKS.plugin_of('conv_plugin') == 'mf_test', n")
-    subprocess.run([sys.executable, "-c", check], env=env, cwd=tmp_path, check=True)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_registry.py",
+        # -n 0: in one process, not the default run's xdist workers (each would import torch again).
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/test_registry.py",
          "tests/layers/test_activations.py", "tests/layers/test_initializers.py"],
         env=env, cwd=REPO, capture_output=True, text=True,
     )
-    assert marker.read_text() == "loaded"  # the plugin was really installed and loaded
+    # The plugin was really installed and loaded (test_registry.py's entry-point test then checks
+    # its names are marked as the plugin's).
+    assert marker.read_text() == "loaded"
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

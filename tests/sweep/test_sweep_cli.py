@@ -69,10 +69,9 @@ def test_optuna_search_and_its_continuation(sweep_here, tmp_path: Path) -> None:
     assert len(set(params)) == 5  # the continued search did not repeat the first trials
 
 
-@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:Deprecated API features detected")
-def test_a_failed_optuna_trial_does_not_stop_the_search(sweep, tmp_path: Path) -> None:
-    result = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=4", "trainer.fast_dev_run=true",
+def test_a_failed_optuna_trial_does_not_stop_the_search(sweep_here, tmp_path: Path) -> None:
+    result = sweep_here("hparams_search=optuna", "hydra.sweeper.n_trials=4", "trainer.fast_dev_run=true",
                    "enc_sizes=choice([8],[8,-1])")
     rows = read_summary(tmp_path / "sweep")
     assert len(rows) == 4  # every trial ran

@@ -6,6 +6,8 @@ import hashlib
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.sweep.conftest import read_summary
 from tests.train.signal_helpers import signal_and_wait, start_train, wait_for
 
@@ -15,6 +17,7 @@ def _snapshot(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.e2e
 def test_sigterm_ends_the_sweep_non_zero_and_the_summary_names_jobs_that_never_ran(
         tmp_path: Path, tiny_args: list[str]) -> None:
     sweep_dir = tmp_path / "sweep"
@@ -32,12 +35,12 @@ def test_sigterm_ends_the_sweep_non_zero_and_the_summary_names_jobs_that_never_r
     assert not (sweep_dir / "1").exists()
 
 
-def test_a_sweep_into_a_directory_that_holds_one_is_refused_and_leaves_it_alone(sweep, tmp_path: Path) -> None:
-    first = sweep("model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true")
+def test_a_sweep_into_a_directory_that_holds_one_is_refused_and_leaves_it_alone(sweep_here, tmp_path: Path) -> None:
+    first = sweep_here("model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true")
     assert first.returncode == 0, first.stderr[-2000:]
     before = _snapshot(tmp_path / "sweep")
 
-    again = sweep("model=mlp", "model.hidden_sizes=[4]", "trainer.fast_dev_run=true")
+    again = sweep_here("model=mlp", "model.hidden_sizes=[4]", "trainer.fast_dev_run=true")
     assert again.returncode == 2
     assert f"error: hydra.sweep.dir: {tmp_path / 'sweep'} already holds a sweep (multirun.yaml" in again.stderr
     assert "hparams_search=optuna" in again.stderr and "Traceback" not in again.stderr

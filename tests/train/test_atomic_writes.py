@@ -73,6 +73,7 @@ def test_metrics_json_is_strict_json_with_null_for_non_finite_numbers(tmp_path: 
                                                                                     "ok": 2.0}
 
 
+@pytest.mark.e2e
 def test_sigkill_mid_save_never_destroys_the_previous_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "ckpts" / "last.ckpt"
     script = textwrap.dedent(f"""
@@ -105,13 +106,13 @@ def _mount_tmpfs(folder: Path, size: str) -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root on Linux")
-def test_a_full_disk_fails_with_one_message_and_keeps_the_last_good_checkpoint(cli, tiny_mnist: Path,
+def test_a_full_disk_fails_with_one_message_and_keeps_the_last_good_checkpoint(run_main, tiny_mnist: Path,
                                                                               tmp_path: Path) -> None:
     disk = tmp_path / f"disk_{uuid.uuid4().hex[:6]}"
     _mount_tmpfs(disk, "1500k")  # two ~620 KB checkpoints fit, a third does not
     try:
         run = disk / "run"
-        result = cli("train", "model=mlp", "model.hidden_sizes=[64]", "trainer.max_epochs=3",
+        result = run_main("train", "model=mlp", "model.hidden_sizes=[64]", "trainer.max_epochs=3",
                      *tiny_cli_args(tiny_mnist), f"hydra.run.dir={run}")
         assert result.returncode == 1
         errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

@@ -36,6 +36,7 @@ def _args(data: Path, run_dir: Path) -> list[str]:
             "data.batch_size=16", "trainer.accelerator=cpu", "trainer.max_epochs=1", f"hydra.run.dir={run_dir}"]
 
 
+@pytest.mark.e2e
 def test_piped_train_is_quiet_and_shows_progress_as_it_goes(cli, mnist_480: Path, tmp_path: Path) -> None:
     result = cli("train", "model=mlp", "model.hidden_sizes=[16]", *_args(mnist_480, tmp_path / "run"))
     out = result.stdout + result.stderr
@@ -51,8 +52,8 @@ def test_piped_train_is_quiet_and_shows_progress_as_it_goes(cli, mnist_480: Path
     assert len(PROGRESS.findall(log)) == len(steps) and "Tip" not in log
 
 
-def test_verbose_brings_back_lightning_detail_with_true_figures(cli, mnist_480: Path, tmp_path: Path) -> None:
-    result = cli("train", "model=mlp", "model.hidden_sizes=[16]", "hydra.verbose=true",
+def test_verbose_brings_back_lightning_detail_with_true_figures(run_main, mnist_480: Path, tmp_path: Path) -> None:
+    result = run_main("train", "model=mlp", "model.hidden_sizes=[16]", "hydra.verbose=true",
                  "trainer.limit_train_batches=2", *_args(mnist_480, tmp_path / "run"))
     out = result.stdout + result.stderr
     assert result.returncode == 0, out

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,9 +19,9 @@ from tests.train.signal_helpers import signal_and_wait, start_train, wait_for
 ENDLESS = ("model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=100000", "sched=none")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("signum", "status", "code"), [
     (signal.SIGTERM, "terminated", 143),
-    (signal.SIGUSR1, "terminated", 138),
     (signal.SIGINT, "interrupted", 130),
 ])
 def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_signal(
@@ -45,6 +48,32 @@ def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_signal(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
     assert after["status"] == "finished" and after["epochs"] == epoch + 1
+
+
+def test_sigusr1_mid_training_stops_as_sigterm_does_with_exit_138(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
+    # A real SIGUSR1 to this process once an epoch has ended; the run is in this process (its
+    # handling is the same code as SIGTERM's, whose process exit status the test above checks).
+    run = tmp_path / "run"
+    previous = signal.signal(signal.SIGUSR1, lambda *_: None)  # a late signal, after the run, is harmless
+
+    def send_once_training() -> None:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / "last.ckpt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    sender = threading.Thread(target=send_once_training, daemon=True)
+    try:
+        sender.start()
+        result = run_main("train", *tiny_cli_args(tiny_mnist), *ENDLESS, f"hydra.run.dir={run}")
+        sender.join(timeout=130)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert result.returncode == 138, result.stderr[-3000:]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "terminated" and metrics["error"] == "Terminated: stopped by SIGUSR1"
+    assert metrics["resume_with"] == f"ckpt_path={run / 'checkpoints' / 'interrupted.ckpt'}"
+    assert (run / "checkpoints" / "interrupted.ckpt").is_file()
 
 
 def test_sigterm_before_training_starts_still_says_terminated(tiny_mnist: Path, tmp_path: Path,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -38,16 +36,24 @@ def test_precision_defaults_to_float32_without_a_gpu() -> None:
     assert default_precision("cpu") == "32-true"
 
 
-@pytest.mark.e2e
-def test_two_launches_in_the_same_second_get_two_run_dirs(tiny_mnist: Path, tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "modelforge", "train", "trainer.fast_dev_run=true", "model=mlp",
-           "model.hidden_sizes=[8]", *tiny_cli_args(tiny_mnist)]
-    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, **env},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
-    assert all(p.wait(timeout=300) == 0 for p in procs), [p.stderr.read()[-1000:] for p in procs]
-    runs = sorted(tmp_path.glob("outputs/train/*/*/metrics.json"))
+def test_two_launches_in_the_same_second_get_two_run_dirs(run_main, tiny_mnist: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hydra's ${now:...} reads this clock: both launches get the very same date and time, for sure.
+    import hydra.core.utils
+
+    class SameSecond(datetime):
+        @classmethod
+        def now(cls, tz=None) -> datetime:
+            return datetime(2026, 1, 2, 3, 4, 5)
+
+    monkeypatch.setattr(hydra.core.utils, "datetime", SameSecond)
+    for _ in range(2):
+        result = run_main("train", "trainer.fast_dev_run=true", "model=mlp", "model.hidden_sizes=[8]",
+                          *tiny_cli_args(tiny_mnist), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+    runs = sorted(tmp_path.glob("outputs/train/2026-01-02/03-04-05_*/metrics.json"))
     assert len(runs) == 2, runs
+    assert all(json.loads(r.read_text())["status"] == "finished" for r in runs)
 
 
 def test_label_smoothing_reaches_the_loss(tiny_mnist: Path, tmp_path: Path) -> None:
