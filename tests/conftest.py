@@ -109,3 +109,15 @@ def _follow_current_streams(captured: tuple[object, object]) -> None:
             if isinstance(handler, logging.StreamHandler) and stream in captured:
                 handler.setStream(_CurrentStream("stdout" if stream is captured[0] else "stderr"))
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with the most ``e2e`` tests first, the rest in their usual order.
+
+    xdist (``--dist loadfile``) hands out whole files in this order: starting the files
+    that take longest first keeps one worker from being left with a long file at the end.
+    """
+    e2e: dict[str, int] = {}
+    for item in items:
+        e2e[item.nodeid.split("::")[0]] = e2e.get(item.nodeid.split("::")[0], 0) + bool(item.get_closest_marker("e2e"))
+    order = {item.nodeid: i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-e2e[item.nodeid.split("::")[0]], order[item.nodeid]))
