@@ -5,6 +5,8 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
 - ``overhead``: ``python -m modelforge train experiment=fast`` vs ``raw_loop.py`` (same model, init,
   data tensors, batches, AdamW + OneCycle, label smoothing, validation): per-epoch time
   (training + validation) and whole-command time.
+- ``loop``: what the training loop adds per step, on a one-layer model: a raw loop, a bare
+  LightningModule on a bare Trainer, and ``modelforge train`` (in one process, alternated).
 - ``hooks``: a training step with no plugins, each plugin, all four, and the same network
   written by hand in plain ``torch.nn`` (no modelforge).
 - ``hotpath``: per-step work modelforge removed from the training step, before vs after.
@@ -40,7 +42,7 @@ RESULTS_DIR = HERE / "results"
 sys.path.insert(0, str(HERE))
 from results_md import write_results  # noqa: E402  (a sibling file, not a package)
 
-SECTIONS = ("overhead", "hooks", "hotpath", "startup", "time_to_99")
+SECTIONS = ("overhead", "loop", "hooks", "hotpath", "startup", "time_to_99")
 EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
 
 
@@ -130,6 +132,17 @@ def check_same_model(seed: int) -> None:
     raw = build_model(fast_recipe()["model"], seed=seed).state_dict()
     assert ours.keys() == raw.keys() and all(torch.equal(ours[k], raw[k]) for k in ours), \
         "raw_loop.py builds another model than `train experiment=fast`: fix fast_recipe()"
+
+
+# ---------------------------------------------------------------- loop
+def loop(args: argparse.Namespace) -> dict:
+    from bench_loop_overhead import measure
+
+    from modelforge.data.mnist_files import resolve_data_dir
+
+    steps, rounds = (200, 3) if args.quick else (400, 7)
+    values = measure(str(resolve_data_dir(args.data_dir)), steps, rounds)
+    return {"steps": steps, "rounds": rounds, "figures": {name: summary(v) for name, v in values.items()}}
 
 
 # ---------------------------------------------------------------- hooks
@@ -240,7 +253,7 @@ def main() -> None:
     args.repeats = args.repeats or (2 if args.quick else 3)
     chosen = args.only or [s for s in SECTIONS if s != "time_to_99"]
     RESULTS_DIR.mkdir(exist_ok=True)
-    sections = {"overhead": overhead, "hooks": hooks, "hotpath": hotpath, "startup": startup,
+    sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "startup": startup,
                 "time_to_99": time_to_99}
     for name in chosen:
         print(f"== {name}", flush=True)
