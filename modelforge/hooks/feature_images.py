@@ -24,6 +24,12 @@ def row_gap(height: int) -> int:
     return max(GAP, math.ceil(height / 3))
 
 
+def tile_origin(i: int, cols: int, height: int, width: int) -> tuple[int, int]:
+    """Top row and left column of channel ``i``'s tile in the image :func:`tile_channels` makes."""
+    gap_y = row_gap(height)
+    return gap_y + (i // cols) * (height + gap_y), (i % cols) * (width + GAP)
+
+
 def tile_channels(maps: Tensor, cols: int) -> Tensor:
     """``maps`` (C, H, W) tiled ``cols`` to a row into one image, each channel scaled to 0..1 on
     its own (a constant channel is 0); NaN between tiles (drawn as background)."""
@@ -35,7 +41,7 @@ def tile_channels(maps: Tensor, cols: int) -> Tensor:
     scaled = (maps - low[:, None, None]) / span[:, None, None]
     mosaic = torch.full((gap_y + rows * (height + gap_y), cols * (width + GAP) - GAP), float("nan"))
     for i in range(n):
-        top, left = gap_y + (i // cols) * (height + gap_y), (i % cols) * (width + GAP)
+        top, left = tile_origin(i, cols, height, width)
         mosaic[top:top + height, left:left + width] = scaled[i]
     return mosaic
 
@@ -58,9 +64,9 @@ def save_feature_grid(maps: Tensor, path: Path, title: str = "") -> Path:
     ax.set_axis_off()
     cmap = colormaps["viridis"].with_extremes(bad="white")
     ax.imshow(tile_channels(maps, cols).numpy(), cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
-    for i in range(n):  # the channel number above its tile
-        ax.text((i % cols) * (width + GAP) + width / 2, (i // cols) * (height + row_gap(height)) + row_gap(height) - 0.5, str(i),
-                fontsize=6, ha="center", va="bottom")
+    for i in range(n):  # the channel number just above its tile
+        top, left = tile_origin(i, cols, height, width)
+        ax.text(left + width / 2, top - 0.5, str(i), fontsize=6, ha="center", va="bottom")
     if title:
         fig.suptitle(title, fontsize=8)
     from modelforge.atomic_io import write_with
