@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,8 +117,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist (``--dist loadfile``) hands out whole files in this order: starting the files
     that take longest first keeps one worker from being left with a long file at the end.
     """
-    e2e: dict[str, int] = {}
-    for item in items:
-        e2e[item.nodeid.split("::")[0]] = e2e.get(item.nodeid.split("::")[0], 0) + bool(item.get_closest_marker("e2e"))
-    order = {item.nodeid: i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (-e2e[item.nodeid.split("::")[0]], order[item.nodeid]))
+    e2e = Counter(_file_of(item) for item in items if item.get_closest_marker("e2e"))
+    items.sort(key=lambda item: -e2e[_file_of(item)])  # a stable sort: otherwise the usual order
+
+
+def _file_of(item: pytest.Item) -> str:
+    return item.nodeid.partition("::")[0]
