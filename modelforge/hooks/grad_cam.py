@@ -26,7 +26,6 @@ first batch; only rank zero writes the PNG.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
