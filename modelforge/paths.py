@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -29,3 +30,10 @@ def config_groups() -> dict[str, list[str]]:
         for group in sorted(root.iterdir())
         if group.is_dir() and not group.name.startswith(("_", ".")) and group.name != "hydra"
     }
+
+
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME`` when it is an absolute path, else ``~/.cache``."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG spec says relative values are invalid and must be ignored.
+    return Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+# Runs keep gunzipped data in $XDG_CACHE_HOME/modelforge/decoded: the tests (and the commands
+# they start, which inherit this) keep theirs in a folder of their own, never in the user's home.
+_TEST_CACHE = tempfile.mkdtemp(prefix="mf_test_xdg_cache_")
+os.environ["XDG_CACHE_HOME"] = _TEST_CACHE
+atexit.register(shutil.rmtree, _TEST_CACHE, ignore_errors=True)
 REAL_MNIST = Path(os.environ.get("MODELFORGE_REAL_MNIST", REPO.parent / "shared" / "datasets" / "mnist"))
 
 

@@ -112,6 +112,8 @@ class IdxDataModule(pl.LightningDataModule):
         download: fetch missing files from ``mirrors`` (default: the data set's public mirrors),
             waiting at most ``timeout`` seconds for each connection.
         verify: check each file's size and md5 against the known ones (header checks always run).
+        cache_decoded: keep a gunzipped copy of each ``.gz`` file in ``~/.cache/modelforge/decoded``
+            (named by checksums, see :mod:`modelforge.data.decoded_cache`): later runs skip the gunzip.
         files: the file table (names, sizes, md5s) to check against; for tests with small files.
     """
 
@@ -131,6 +133,7 @@ class IdxDataModule(pl.LightningDataModule):
         n_classes: int | None = None,
         download: bool = True,
         verify: bool = True,
+        cache_decoded: bool = True,
         mirrors: Sequence[str] | None = None,
         files: Sequence[MnistFile] | None = None,
         timeout: float = DOWNLOAD_TIMEOUT_S,
@@ -169,6 +172,7 @@ class IdxDataModule(pl.LightningDataModule):
         # A folder of unknown IDX files has nothing to check against and nowhere to fetch from.
         self.download = download and self.spec is not None
         self.verify = verify and self.spec is not None
+        self.cache_decoded = cache_decoded
         # Hydra hands over ListConfig; a plain tuple keeps the module picklable and printable.
         default_mirrors = self.spec.mirrors if self.spec is not None else ()
         self.mirrors = tuple(str(m) for m in mirrors) if mirrors is not None else default_mirrors
@@ -282,7 +286,8 @@ class IdxDataModule(pl.LightningDataModule):
         return load_mnist(self.data_dir, download=self.download, verify=self.verify,
                           mirrors=self.mirrors, files=self.files, timeout=self.timeout,
                           image_size=self.spec.image_size if self.spec is not None else None,
-                          n_classes=self._n_classes or (self.spec.n_classes if self.spec is not None else None))
+                          n_classes=self._n_classes or (self.spec.n_classes if self.spec is not None else None),
+                          cache=self.cache_decoded)
 
     def _val_count(self, n_train: int) -> int:
         count = round(self.val_size * n_train) if isinstance(self.val_size, float) else self.val_size

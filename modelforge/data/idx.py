@@ -24,16 +24,25 @@ _UBYTE = 0x08
 def read_idx_bytes(path: str | Path) -> bytes:
     """The uncompressed bytes of ``path``: gunzipped when its name ends in ``.gz``."""
     path = Path(path)
+    packed = read_file_bytes(path)
+    return gunzip(packed, where=path) if path.suffix == ".gz" else packed
+
+
+def read_file_bytes(path: Path) -> bytes:
+    """The bytes of ``path`` as stored; a :class:`DataError` when it cannot be read."""
     try:
-        if path.suffix != ".gz":
-            return path.read_bytes()
-        with gzip.open(path, "rb") as f:
-            return f.read()
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        # EOFError: the compressed stream was cut off; BadGzipFile: not gzip at all.
-        raise DataError(f"{path}: corrupt gzip ({e}); delete it so that it can be fetched again") from e
+        return path.read_bytes()
     except OSError as e:
         raise DataError(f"{path}: cannot be read ({e.strerror or e})") from e
+
+
+def gunzip(packed: bytes, *, where: str | Path) -> bytes:
+    """The uncompressed bytes of a gzip file's contents; a :class:`DataError` naming ``where`` if corrupt."""
+    try:
+        return gzip.decompress(packed)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        # EOFError: the compressed stream was cut off; BadGzipFile: not gzip at all.
+        raise DataError(f"{where}: corrupt gzip ({e}); delete it so that it can be fetched again") from e
 
 
 def idx_dims(data: bytes, *, magic: int, where: str = "IDX data") -> tuple[int, ...]:

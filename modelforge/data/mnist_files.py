@@ -18,8 +18,10 @@ from pathlib import Path
 
 import torch
 
-from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, parse_idx, read_idx_bytes
+from modelforge.data import decoded_cache
+from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, gunzip, parse_idx, read_file_bytes
 from modelforge.errors import DataError
+from modelforge.paths import user_cache_dir
 
 
 @dataclass(frozen=True)
@@ -82,10 +84,7 @@ def resolve_data_dir(data_dir: str | Path | None = None, name: str = "mnist") ->
     if (data_dir is None or str(data_dir) == "") and name == "mnist":
         data_dir = os.environ.get("MODELFORGE_DATA") or None
     if data_dir is None or str(data_dir) == "":
-        cache = os.environ.get("XDG_CACHE_HOME", "")
-        # The XDG spec says relative values are invalid and must be ignored.
-        base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
-        return base / "modelforge" / name
+        return user_cache_dir() / "modelforge" / name
     # Relative paths are relative to the working directory; abspath also folds "..", so an
     # error names the folder that was really looked in.
     return Path(os.path.abspath(Path(data_dir).expanduser()))
@@ -99,13 +98,14 @@ def find_file(data_dir: Path, spec: MnistFile) -> Path | None:
     return None
 
 
-def read_checked(path: Path, spec: MnistFile, *, verify: bool = True) -> torch.Tensor:
+def read_checked(path: Path, spec: MnistFile, *, verify: bool = True, cache: bool = True) -> torch.Tensor:
     """Read ``path`` as ``spec`` and return its uint8 tensor.
 
     The IDX header and length always get checked; ``verify`` adds the known size and md5.
-    A file that is another known data set's says which one, and how to use it.
+    A file that is another known data set's says which one, and how to use it. ``cache``: a
+    ``.gz`` file's uncompressed bytes come from (and go to) :mod:`modelforge.data.decoded_cache`.
     """
-    decoded = _decode(path, spec.magic)
+    decoded = _decode(path, spec.magic, cache)
     if verify and decoded.nbytes != spec.size:
         what = "truncated" if decoded.nbytes < spec.size else "too long"
         raise DataError(f"{path}: {what}: expected {spec.size} bytes (uncompressed), found {decoded.nbytes}; "
@@ -129,19 +129,37 @@ def _identify_hint(digest: str, spec: MnistFile) -> str:
             "data=idx data.data_dir=DIR; data.verify=false skips the checks for this one")
 
 
-def _decode(path: Path, magic: int) -> _Decoded:
+def _decode(path: Path, magic: int, cache: bool) -> _Decoded:
     """Read, gunzip, hash and decode ``path`` once per process and file version."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, magic)
     if key not in _decoded_cache:
-        data = read_idx_bytes(path)
+        data, digest = _uncompressed(path, cache)
         tensor, error = None, None
         try:
             tensor = parse_idx(data, magic=magic, where=str(path))
         except DataError as exc:
             error = exc
-        _decoded_cache[key] = _Decoded(tensor, len(data), hashlib.md5(data).hexdigest(), error)
+        _decoded_cache[key] = _Decoded(tensor, len(data), digest, error)
     return _decoded_cache[key]
+
+
+def _uncompressed(path: Path, cache: bool) -> tuple[bytes, str]:
+    """The uncompressed bytes of ``path`` and their md5; a kept copy of a ``.gz`` file's when ``cache``."""
+    packed = read_file_bytes(path)
+    if path.suffix != ".gz":
+        return packed, hashlib.md5(packed).hexdigest()
+    if not cache:
+        data = gunzip(packed, where=path)
+        return data, hashlib.md5(data).hexdigest()
+    source = decoded_cache.source_key(packed)
+    kept = decoded_cache.find(source)
+    if kept is not None:
+        return kept
+    data = gunzip(packed, where=path)
+    digest = hashlib.md5(data).hexdigest()
+    decoded_cache.keep(source, data, digest)
+    return data, digest
 
 
 def ensure_files(
@@ -184,16 +202,18 @@ def load_mnist(
     timeout: float = DOWNLOAD_TIMEOUT_S,
     image_size: tuple[int, int] | None = (28, 28),
     n_classes: int | None = 10,
+    cache: bool = True,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Fetch if needed, check and read MNIST (or another set of four IDX files: ``files``).
 
     Returns ``{"train" | "test": (images uint8 [N, H, W], labels int64 [N])}``; the other
     arguments are those of :func:`ensure_files`. ``image_size`` and ``n_classes`` (labels in
-    ``0..n_classes-1``) are checked unless None.
+    ``0..n_classes-1``) are checked unless None. ``cache``: keep ``.gz`` files gunzipped in the
+    user cache (:mod:`modelforge.data.decoded_cache`), so the next run skips the gunzip.
     """
     paths = ensure_files(data_dir, download=download, verify=verify, mirrors=mirrors, files=files,
                          timeout=timeout)
-    arrays = {spec.name: read_checked(paths[spec.name], spec, verify=verify) for spec in files}
+    arrays = {spec.name: read_checked(paths[spec.name], spec, verify=verify, cache=cache) for spec in files}
     splits = {}
     for split in ("train", "test"):
         images_spec, labels_spec = (_pick(files, split, kind) for kind in ("images", "labels"))
@@ -261,7 +281,7 @@ def _download(spec: MnistFile, root: Path, mirrors: Sequence[str], failures: dic
             tmp = Path(tmp_name)
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
                 _copy_bounded(response, out)
-            read_checked(tmp, spec, verify=verify)
+            read_checked(tmp, spec, verify=verify, cache=False)  # kept only once it is in place
             os.replace(tmp, target)  # atomic: a reader never sees half a file
             return target
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError, DataError) as e:

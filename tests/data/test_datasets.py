@@ -77,8 +77,8 @@ def test_each_file_is_read_once_per_process(tmp_path: Path, monkeypatch: pytest.
     """prepare_data, setup('fit'), prepare_data and setup('test') of a run, and a second run: 4 reads."""
     table = write_mnist_idx(tmp_path / "m", n_train=40, n_test=20)
     reads: list[str] = []
-    real_read = mnist_files.read_idx_bytes
-    monkeypatch.setattr(mnist_files, "read_idx_bytes", lambda path: reads.append(Path(path).name) or real_read(path))
+    real_read = mnist_files.read_file_bytes
+    monkeypatch.setattr(mnist_files, "read_file_bytes", lambda path: reads.append(Path(path).name) or real_read(path))
 
     def one_run() -> None:
         data = build_datamodule({"name": "mnist", "data_dir": str(tmp_path / "m"), "val_size": 8})
