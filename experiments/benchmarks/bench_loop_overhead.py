@@ -1,11 +1,13 @@
 """What the training loop itself adds per step, on a model so small that the loop is most of the step.
 
-Three sides, alternated in one process (A B C A B C ...) on the same MNIST batches (batch 32),
+Four sides, alternated in one process (A B C D A B C D ...) on the same MNIST batches (batch 32),
 AdamW + OneCycle stepped every batch, label smoothing 0.1:
 
 - ``raw PyTorch loop``: forward, loss, zero_grad, backward, step, schedule step;
 - ``bare Lightning``: the same in a minimal ``LightningModule``, on a ``Trainer`` with no logger,
   no checkpoints, no progress bar, no model summary (Lightning's own automatic-optimization loop);
+- ``bare Lightning, manual optimization``: the same module stepping its optimizer and schedule
+  itself (``automatic_optimization = False``): what leaving automatic optimization would save;
 - ``modelforge train``: :func:`modelforge.train.train` of the same model and recipe, with the run's
   callbacks (checkpoints, divergence guard, resume state, LR monitor), metrics and CSV logger.
 
@@ -75,6 +77,24 @@ class BareModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
+class BareManualModule(BareModule):
+    """``BareModule`` with manual optimization: the step zeroes, backpropagates and steps itself."""
+
+    def __init__(self, model: torch.nn.Module, steps: int) -> None:
+        super().__init__(model, steps)
+        self.automatic_optimization = False
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        optimizer, schedule = self.optimizers(), self.lr_schedulers()
+        x, y = batch
+        loss = self.loss(self.model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        optimizer.step()
+        schedule.step()
+        return loss
+
+
 def _median_step(stamps: list[float], steps: int) -> float:
     gaps = [b - a for a, b in zip(stamps, stamps[1:])][:steps - 1]  # batch start to the next batch's start
     return statistics.median(gaps)
@@ -95,12 +115,12 @@ def raw_side(model: torch.nn.Module, loader: Any, steps: int) -> float:
     return _median_step(stamps, steps)
 
 
-def bare_side(model: torch.nn.Module, loader: Any, steps: int) -> float:
+def bare_side(model: torch.nn.Module, loader: Any, steps: int, module: type[BareModule] = BareModule) -> float:
     STAMPS.clear()
     trainer = pl.Trainer(accelerator="cpu", max_epochs=1, limit_train_batches=steps, limit_val_batches=0,
                          num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=[StepTimer()])
-    trainer.fit(BareModule(model, steps), train_dataloaders=loader)
+    trainer.fit(module(model, steps), train_dataloaders=loader)
     return _median_step(STAMPS, steps)
 
 
@@ -136,6 +156,8 @@ def measure(data_dir: str, steps: int, rounds: int) -> dict[str, list[float]]:
     work = Path(tempfile.mkdtemp(prefix="mf_bench_loop_"))
     sides = {"raw PyTorch loop": lambda: raw_side(copy.deepcopy(model), loader, steps),
              "bare Lightning": lambda: bare_side(copy.deepcopy(model), loader, steps),
+             "bare Lightning, manual optimization": lambda: bare_side(copy.deepcopy(model), loader, steps,
+                                                                      BareManualModule),
              "modelforge train": lambda: modelforge_side(data_dir, steps, work)}
     for side in sides.values():  # warm-up: imports, first-call costs
         side()

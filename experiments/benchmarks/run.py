@@ -6,11 +6,15 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
   data tensors, batches, AdamW + OneCycle, label smoothing, validation): per-epoch time
   (training + validation) and whole-command time.
 - ``loop``: what the training loop adds per step, on a one-layer model: a raw loop, a bare
-  LightningModule on a bare Trainer, and ``modelforge train`` (in one process, alternated).
+  LightningModule on a bare Trainer (automatic and manual optimization), and ``modelforge train``
+  (in one process, alternated).
 - ``hooks``: a training step with no plugins, each plugin, all four, and the same network
   written by hand in plain ``torch.nn`` (no modelforge).
 - ``hotpath``: per-step work modelforge removed from the training step, before vs after.
-- ``startup``: ``--help``, ``list``, ``summary``, and ``train`` to its first step, vs ``python -c "import torch"``.
+- ``dataread``: reading, checking and decoding MNIST's four files in a process, gunzipping them
+  (``data.cache_decoded=false``) vs reading the copies kept in the user cache.
+- ``startup``: ``--help``, ``list``, ``summary``, and ``train`` to its first step, vs ``python -c "import torch"``
+  and vs ``import torch, hydra, omegaconf`` (what any Hydra app on torch imports before it starts).
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
 
@@ -42,7 +46,7 @@ RESULTS_DIR = HERE / "results"
 sys.path.insert(0, str(HERE))
 from results_md import write_results  # noqa: E402  (a sibling file, not a package)
 
-SECTIONS = ("overhead", "loop", "hooks", "hotpath", "startup", "time_to_99")
+SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "time_to_99")
 EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
 
 
@@ -195,6 +199,27 @@ def hotpath(args: argparse.Namespace) -> dict:
     return {"batch": 32, "figures": {name: summary(v) for name, v in values.items()}}
 
 
+# ---------------------------------------------------------------- data read
+def dataread(args: argparse.Namespace) -> dict:
+    """MNIST's four files read, checked and decoded in this process: gunzip vs kept copy (interleaved)."""
+    from modelforge.data import mnist_files
+
+    data_dir = str(mnist_files.resolve_data_dir(args.data_dir))
+    mnist_files.load_mnist(data_dir)  # downloads if need be, and keeps the gunzipped copies
+
+    def read(cache: bool) -> Callable[[], dict]:
+        def run() -> dict:
+            mnist_files._decoded_cache.clear()  # as a new process would start
+            start = time.perf_counter()
+            mnist_files.load_mnist(data_dir, cache=cache)
+            return {"s": time.perf_counter() - start}
+        return run
+
+    values = interleaved({"gunzip each run (data.cache_decoded=false)": read(False),
+                          "kept copy (data.cache_decoded=true, the default)": read(True)}, 3 if args.quick else 7)
+    return {"data_dir": data_dir, "figures": {name: summary(v["s"]) for name, v in values.items()}}
+
+
 # ---------------------------------------------------------------- startup
 def startup(args: argparse.Namespace) -> dict:
     data = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
@@ -203,6 +228,7 @@ def startup(args: argparse.Namespace) -> dict:
     py = sys.executable
     commands = {
         'python -c "import torch"': lambda: [py, "-c", "import torch"],
+        'python -c "import torch, hydra, omegaconf"': lambda: [py, "-c", "import torch, hydra.main, omegaconf"],
         "modelforge --help": lambda: [py, "-m", "modelforge", "--help"],
         "modelforge list": lambda: [py, "-m", "modelforge", "list"],
         "modelforge summary": lambda: [py, "-m", "modelforge", "summary"],
@@ -253,8 +279,8 @@ def main() -> None:
     args.repeats = args.repeats or (2 if args.quick else 3)
     chosen = args.only or [s for s in SECTIONS if s != "time_to_99"]
     RESULTS_DIR.mkdir(exist_ok=True)
-    sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "startup": startup,
-                "time_to_99": time_to_99}
+    sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "dataread": dataread,
+                "startup": startup, "time_to_99": time_to_99}
     for name in chosen:
         print(f"== {name}", flush=True)
         started = time.perf_counter()
