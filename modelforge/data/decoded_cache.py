@@ -1,7 +1,7 @@
 """Gunzipped copies of ``.gz`` data files in the user cache, so that later runs skip the gunzip.
 
 Gunzipping and hashing MNIST's training images takes about 0.3 s per process on a small CPU;
-reading a kept copy and hashing it takes about a third of that. An entry is named
+reading a kept copy and hashing it takes about half of that. An entry is named
 ``<sha1 of the .gz bytes>.<md5 of the uncompressed bytes>.idx``:
 
 - the first part is the key: a changed ``.gz`` file has another SHA-1, so it can never be served
@@ -12,19 +12,22 @@ reading a kept copy and hashing it takes about a third of that. An entry is name
 
 Keeping a copy is best effort: a cache folder that cannot be written (read-only, full disk)
 costs only the gunzip, with one warning per process. Writes are atomic, so runs that keep the same
-file at once (a sweep, DDP ranks) each leave a whole entry or none.
+file at once (a sweep, DDP ranks) each leave a whole entry or none; what a writer killed mid-write
+left behind is deleted by a later read of that entry.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from pathlib import Path
 
 from modelforge.atomic_io import write_bytes
 from modelforge.paths import user_cache_dir
 
 log = logging.getLogger(__name__)
+STALE_TEMP_S = 600.0  # a temp file this old is a killed writer's, not a running one's
 _warned: set[Path] = set()  # folders already warned about in this process
 
 
@@ -41,6 +44,7 @@ def source_key(packed: bytes) -> str:
 def find(key: str, folder: Path | None = None) -> tuple[bytes, str] | None:
     """The kept uncompressed bytes for ``key`` and their md5, or None (damaged entries are deleted)."""
     folder = cache_dir() if folder is None else folder
+    _remove_stale_temp_files(folder, key)
     try:
         entries = sorted(folder.glob(f"{key}.*.idx"))
     except OSError:
@@ -71,6 +75,26 @@ def keep(key: str, data: bytes, digest: str, folder: Path | None = None) -> Path
                         "files again (data.cache_decoded=false stops trying)", folder, exc)
         return None
     return path
+
+
+def _remove_stale_temp_files(folder: Path, key: str) -> None:
+    """Delete what writers of ``key``'s entry killed mid-write left (``.NAME.*.tmp``, see atomic_io).
+
+    Only old ones: a writer that is still running (another job keeping the same file) takes
+    seconds, and its temp file must stay. Every read looks, so a leftover goes even once the entry
+    exists and nobody writes it again.
+    """
+    now = time.time()
+    try:
+        leftovers = list(folder.glob(f".{key}.*.idx.*.tmp"))
+    except OSError:
+        return
+    for tmp in leftovers:
+        try:
+            if now - tmp.stat().st_mtime > STALE_TEMP_S:
+                tmp.unlink()
+        except OSError:
+            pass
 
 
 def _entry_name(key: str, digest: str) -> str:

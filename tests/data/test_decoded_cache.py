@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -145,3 +146,17 @@ def test_off_keeps_nothing_and_raw_files_need_no_copy(tmp_path: Path, cache: Pat
     raw_table = write_mnist_idx(tmp_path / "raw", n_train=40, n_test=20, gz=False)
     _load(tmp_path / "raw", raw_table)
     assert not cache.exists()
+
+
+def test_a_killed_writers_temp_file_is_deleted_by_a_later_read(tmp_path: Path, cache: Path) -> None:
+    """A SIGKILL mid-write leaves .NAME.*.tmp (atomic_io); an old one goes, a running writer's stays."""
+    table = write_mnist_idx(tmp_path / "m", n_train=40, n_test=20)
+    _load(tmp_path / "m", table)
+    (entry,) = [p for p in cache.iterdir() if p.stat().st_size == table[0].size]
+    stale, running = cache / f".{entry.name}.killed.tmp", cache / f".{entry.name}.running.tmp"
+    for tmp in (stale, running):
+        tmp.write_bytes(b"half an entry")
+    old = time.time() - decoded_cache.STALE_TEMP_S - 60
+    os.utime(stale, (old, old))
+    _load(tmp_path / "m", table)  # a hit: nothing is written, the leftover still goes
+    assert entry.exists() and not stale.exists() and running.exists()
