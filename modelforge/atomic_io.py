@@ -47,11 +47,14 @@ def _size(n: int | None) -> str:
     return str(n)
 
 
-def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int | None = None) -> None:
+def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int | None = None, *,
+               durable: bool = True) -> None:
     """Call ``write(handle)`` on a temp file beside ``path``, fsync it, then rename it to ``path``.
 
     ``needed`` (bytes, when known in advance) is what a full-disk message reports; otherwise
-    the bytes written before the disk filled up are.
+    the bytes written before the disk filled up are. ``durable=False`` skips the fsyncs: still
+    all or nothing for readers and for a killed writer, but a power cut may leave a damaged file
+    (for caches, whose readers check what they read).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +64,8 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         full = _is_disk_full(exc)
@@ -71,12 +75,13 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
         if full:
             raise DiskFullError(path, needed or written, free) from None
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
-def write_bytes(path: str | Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data``."""
-    write_with(path, lambda handle: handle.write(data), needed=len(data))
+def write_bytes(path: str | Path, data: bytes, *, durable: bool = True) -> None:
+    """Atomically replace ``path`` with ``data`` (``durable``: as in :func:`write_with`)."""
+    write_with(path, lambda handle: handle.write(data), needed=len(data), durable=durable)
 
 
 def write_text(path: str | Path, text: str) -> None:

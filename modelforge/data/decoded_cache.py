@@ -1,7 +1,8 @@
 """Gunzipped copies of ``.gz`` data files in the user cache, so that later runs skip the gunzip.
 
-Gunzipping and hashing MNIST's training images takes about 0.3 s per process on a small CPU;
-reading a kept copy and hashing it takes about half of that. An entry is named
+Gunzipping and hashing MNIST's four files takes about 0.3 s per process on a small CPU; reading
+the ``.gz`` files to hash them (SHA-1) and their kept copies (md5) takes about half of that.
+An entry is named
 ``<sha1 of the .gz bytes>.<md5 of the uncompressed bytes>.idx``:
 
 - the first part is the key: a changed ``.gz`` file has another SHA-1, so it can never be served
@@ -13,7 +14,8 @@ reading a kept copy and hashing it takes about half of that. An entry is named
 Keeping a copy is best effort: a cache folder that cannot be written (read-only, full disk)
 costs only the gunzip, with one warning per process. Writes are atomic, so runs that keep the same
 file at once (a sweep, DDP ranks) each leave a whole entry or none; what a writer killed mid-write
-left behind is deleted by a later read of that entry.
+left behind is deleted by a later read of that entry. The folder only grows (one entry per
+distinct ``.gz`` file read); deleting it at any time is safe.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ def source_key(packed: bytes) -> str:
 
 def find(key: str, folder: Path | None = None) -> tuple[bytes, str] | None:
     """The kept uncompressed bytes for ``key`` and their md5, or None (damaged entries are deleted)."""
-    folder = cache_dir() if folder is None else folder
+    folder = folder or _default_folder()
+    if folder is None:
+        return None
     _remove_stale_temp_files(folder, key)
     try:
         entries = sorted(folder.glob(f"{key}.*.idx"))
@@ -62,19 +66,31 @@ def find(key: str, folder: Path | None = None) -> tuple[bytes, str] | None:
     return None
 
 
-def keep(key: str, data: bytes, digest: str, folder: Path | None = None) -> Path | None:
-    """Keep ``data`` (md5 ``digest``) under ``key``; the entry's path, or None when it could not be written."""
-    folder = cache_dir() if folder is None else folder
-    path = folder / _entry_name(key, digest)
+def keep(key: str, data: bytes, digest: str, folder: Path | None = None) -> None:
+    """Keep ``data`` (md5 ``digest``) under ``key``; a folder that cannot take it gets one warning per process."""
+    folder = folder or _default_folder()
+    if folder is None:
+        _warn_once(Path("~"), "no home folder is known ($HOME unset, no user entry); set XDG_CACHE_HOME")
+        return
     try:
-        write_bytes(path, data)
+        # No fsync: a copy torn by a power cut fails the md5 check of the next read and is made again.
+        write_bytes(folder / _entry_name(key, digest), data, durable=False)
     except OSError as exc:  # DiskFullError is an OSError too
-        if folder not in _warned:
-            _warned.add(folder)
-            log.warning("could not keep a gunzipped copy of the data in %s (%s); each run gunzips the "
-                        "files again (data.cache_decoded=false stops trying)", folder, exc)
+        _warn_once(folder, str(exc))
+
+
+def _default_folder() -> Path | None:
+    try:
+        return cache_dir()
+    except RuntimeError:  # Path.home() without $HOME or a passwd entry (e.g. docker run --user 1234)
         return None
-    return path
+
+
+def _warn_once(folder: Path, reason: str) -> None:
+    if folder not in _warned:
+        _warned.add(folder)
+        log.warning("could not keep a gunzipped copy of the data in %s (%s); each run gunzips the "
+                    "files again (data.cache_decoded=false stops trying)", folder, reason)
 
 
 def _remove_stale_temp_files(folder: Path, key: str) -> None:

@@ -84,7 +84,12 @@ def resolve_data_dir(data_dir: str | Path | None = None, name: str = "mnist") ->
     if (data_dir is None or str(data_dir) == "") and name == "mnist":
         data_dir = os.environ.get("MODELFORGE_DATA") or None
     if data_dir is None or str(data_dir) == "":
-        return user_cache_dir() / "modelforge" / name
+        try:
+            return user_cache_dir() / "modelforge" / name
+        except RuntimeError:  # Path.home() without $HOME or a passwd entry (e.g. docker run --user 1234)
+            raise DataError(f"no folder for {name}: data.data_dir is unset and no home folder is known "
+                            "($HOME unset, no user entry); set data.data_dir=/path/to/it"
+                            + (" (or MODELFORGE_DATA)" if name == "mnist" else "")) from None
     # Relative paths are relative to the working directory; abspath also folds "..", so an
     # error names the folder that was really looked in.
     return Path(os.path.abspath(Path(data_dir).expanduser()))
@@ -130,7 +135,7 @@ def _identify_hint(digest: str, spec: MnistFile) -> str:
 
 
 def _decode(path: Path, magic: int, cache: bool) -> _Decoded:
-    """Read, gunzip, hash and decode ``path`` once per process and file version."""
+    """Read (gunzipping, or from the kept copy), hash and decode ``path`` once per process and file version."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, magic)
     if key not in _decoded_cache:
@@ -148,16 +153,16 @@ def _uncompressed(path: Path, cache: bool) -> tuple[bytes, str]:
     """The uncompressed bytes of ``path`` and their md5; a kept copy of a ``.gz`` file's when ``cache``."""
     packed = read_file_bytes(path)
     if path.suffix != ".gz":
-        return packed, hashlib.md5(packed).hexdigest()
+        return packed, hashlib.md5(packed, usedforsecurity=False).hexdigest()
     if not cache:
         data = gunzip(packed, where=path)
-        return data, hashlib.md5(data).hexdigest()
+        return data, hashlib.md5(data, usedforsecurity=False).hexdigest()
     source = decoded_cache.source_key(packed)
     kept = decoded_cache.find(source)
     if kept is not None:
         return kept
     data = gunzip(packed, where=path)
-    digest = hashlib.md5(data).hexdigest()
+    digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
     decoded_cache.keep(source, data, digest)
     return data, digest
 

@@ -63,7 +63,7 @@ def test_the_next_read_takes_the_kept_copy_instead_of_gunzipping(tmp_path: Path,
         assert torch.equal(first[split][0], second[split][0]) and torch.equal(first[split][1], second[split][1])
 
 
-def test_a_changed_gz_file_is_never_served_the_old_copy(tmp_path: Path, cache: Path, gunzips: list[str]) -> None:
+def test_the_disk_cache_never_serves_a_changed_gz_file_the_old_copy(tmp_path: Path, cache: Path, gunzips: list[str]) -> None:
     folder = tmp_path / "m"
     old = _load(folder, write_mnist_idx(folder, n_train=40, n_test=20, seed=0))["train"]
     stamps = {p: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in folder.iterdir()}
@@ -96,7 +96,7 @@ def test_a_damaged_entry_is_dropped_and_kept_again(tmp_path: Path, cache: Path, 
 
 
 def test_a_cache_that_cannot_be_written_costs_only_the_gunzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+                                                              gunzips: list[str], caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("")  # $XDG_CACHE_HOME/modelforge cannot be created under a file (root included)
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
@@ -106,10 +106,29 @@ def test_a_cache_that_cannot_be_written_costs_only_the_gunzip(tmp_path: Path, mo
         first = _load(tmp_path / "m", table)
         second = _load(tmp_path / "m", table)
     assert torch.equal(first["train"][0], second["train"][0])
+    assert len(gunzips) == 8  # each run gunzips its four files, as without a cache
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1  # once per process, not once per file and run
     assert warnings[0].startswith(f"could not keep a gunzipped copy of the data in {blocker}/modelforge/decoded (")
     assert "data.cache_decoded=false stops trying" in warnings[0]
+
+
+def test_no_home_folder_costs_only_the_gunzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gunzips: list[str],
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """``docker run --user 1234``: no $HOME and no passwd entry, so ``Path.home()`` raises."""
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setattr(decoded_cache, "_warned", set())
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    table = write_mnist_idx(tmp_path / "m", n_train=40, n_test=20)
+    with caplog.at_level(logging.WARNING, logger="modelforge.data.decoded_cache"):
+        images = _load(tmp_path / "m", table)["train"][0]
+    assert images.shape == (40, 28, 28) and len(gunzips) == 4
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "no home folder is known" in warning and "set XDG_CACHE_HOME" in warning
 
 
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root on Linux")

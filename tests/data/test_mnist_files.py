@@ -35,6 +35,19 @@ def test_data_dir_defaults_to_user_cache_not_cwd(monkeypatch: pytest.MonkeyPatch
     assert resolve_data_dir(None) == tmp_path / "home" / ".cache" / "modelforge" / "mnist"
 
 
+def test_no_data_dir_and_no_home_folder_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MODELFORGE_DATA", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))  # docker run --user 1234: no $HOME, no passwd entry
+    with pytest.raises(DataError, match=r"^no folder for mnist: data.data_dir is unset and no home folder is "
+                       r"known .*; set data.data_dir=/path/to/it \(or MODELFORGE_DATA\)$"):
+        resolve_data_dir(None)
+
+
 @pytest.mark.parametrize("gz", [True, False])
 def test_loads_generated_files(tmp_path: Path, gz: bool) -> None:
     table = write_mnist_idx(tmp_path, n_train=64, n_test=32, gz=gz)
