@@ -20,13 +20,20 @@ def machine() -> list[str]:
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
     return [f"- machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.platform()}",
             f"- versions: Python {platform.python_version()}, torch {torch.__version__} "
             f"({torch.get_num_threads()} threads), pytorch-lightning {pytorch_lightning.__version__}; "
-            f"modelforge commit {commit or '?'}",
+            f"rebuilt at modelforge commit {current_commit() or '?'} (sections measured since session 11 name the commit they ran on)",
             f"- GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}"]
+
+
+def current_commit() -> str:
+    """The short hash of HEAD, with ``-dirty`` when the working tree has changes ("" outside git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    return f"{commit}-dirty" if commit and git("status", "--porcelain", "--untracked-files=no") else commit
 
 
 def _fmt(s: dict, scale: float = 1.0, unit: str = "s") -> str:
@@ -73,11 +80,11 @@ def _hotpath(r: dict) -> list[str]:
 def _startup(r: dict) -> list[str]:
     figs = r["figures"]
     base = figs['python -c "import torch"']["median"]
-    floor = figs['python -c "import torch, hydra, omegaconf"']["median"]
-    rows = ["| command | wall time | vs `import torch` | vs `import torch, hydra, omegaconf` |", "|---|---:|---:|---:|"]
+    floor = figs['python -c "import torch, hydra.main, omegaconf"']["median"]
+    rows = ["| command | wall time | vs `import torch` | vs `import torch, hydra.main, omegaconf` |", "|---|---:|---:|---:|"]
     rows += [f"| `{r['commands'][name]}` | {_fmt(s)} | {s['median'] / base:.2f}x | {s['median'] / floor:.2f}x |"
              for name, s in figs.items()]
-    return [*rows, "", "`import torch, hydra, omegaconf` is what any Hydra app on torch imports before it can "
+    return [*rows, "", "`import torch, hydra.main, omegaconf` is what any Hydra app on torch imports before it can "
             "compose its config: the floor of a command that composes with Hydra."]
 
 
@@ -117,7 +124,8 @@ def write_results(results_dir: Path, target: Path) -> str:
             continue
         r = json.loads(path.read_text())
         note = f" Conditions: {r['note']}." if r.get("note") else ""
-        lines += [f"## {title}", "", f"{r['date']}, {NOTE[r['mode']]} Took {r['seconds']:.0f} s.{note}", "",
+        commit = f" Commit {r['commit']}." if r.get("commit") else ""  # not recorded before session 11
+        lines += [f"## {title}", "", f"{r['date']}, {NOTE[r['mode']]} Took {r['seconds']:.0f} s.{commit}{note}", "",
                   *render(r), ""]
     changes = target.parent / "CHANGES.md"  # hand-kept: each speed change with its before/after figure
     if changes.exists():

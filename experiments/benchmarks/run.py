@@ -14,7 +14,7 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
 - ``dataread``: reading, checking and decoding MNIST's four files in a process, gunzipping them
   (``data.cache_decoded=false``) vs reading the copies kept in the user cache.
 - ``startup``: ``--help``, ``list``, ``summary``, and ``train`` to its first step, vs ``python -c "import torch"``
-  and vs ``import torch, hydra, omegaconf`` (what any Hydra app on torch imports before it starts).
+  and vs ``import torch, hydra.main, omegaconf`` (what any Hydra app on torch imports before it starts).
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
 
@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RESULTS_DIR = HERE / "results"
 sys.path.insert(0, str(HERE))
-from results_md import write_results  # noqa: E402  (a sibling file, not a package)
+from results_md import current_commit, write_results  # noqa: E402  (a sibling file, not a package)
 
 SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "time_to_99")
 EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
@@ -228,7 +228,7 @@ def startup(args: argparse.Namespace) -> dict:
     py = sys.executable
     commands = {
         'python -c "import torch"': lambda: [py, "-c", "import torch"],
-        'python -c "import torch, hydra, omegaconf"': lambda: [py, "-c", "import torch, hydra.main, omegaconf"],
+        'python -c "import torch, hydra.main, omegaconf"': lambda: [py, "-c", "import torch, hydra.main, omegaconf"],
         "modelforge --help": lambda: [py, "-m", "modelforge", "--help"],
         "modelforge list": lambda: [py, "-m", "modelforge", "list"],
         "modelforge summary": lambda: [py, "-m", "modelforge", "summary"],
@@ -285,8 +285,8 @@ def main() -> None:
         print(f"== {name}", flush=True)
         started = time.perf_counter()
         result = sections[name](args)
-        result.update(mode="quick" if args.quick else "full", note=args.note, seconds=round(time.perf_counter() - started, 1),
-                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        result.update(mode="quick" if args.quick else "full", note=args.note, commit=current_commit(),
+                      seconds=round(time.perf_counter() - started, 1), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         (RESULTS_DIR / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(write_results(RESULTS_DIR, HERE / "RESULTS.md"))
 
