@@ -104,13 +104,30 @@ def _time_to_99(r: dict) -> list[str]:
             f"{t['median']:.1f} s (min {t['min']:.1f}, max {t['max']:.1f})."]
 
 
+def _gpu(r: dict) -> list[str]:
+    rows = ["| run | exit | test/acc | train_time_s | whole command |", "|---|---:|---:|---:|---:|"]
+    for x in r["rows"]:
+        acc = f"{x['test_acc']:.4f}" if "test_acc" in x else ""
+        train = f"{x['train_time_s']:.2f} s" if "train_time_s" in x else ""
+        jobs = "; ".join(f"{j['overrides']}: {j['status']}" + (f", test/acc {float(j['test_acc']):.4f}" if j["test_acc"] else "")
+                         for j in x.get("jobs", []))
+        rows.append(f"| {x['name']} | {x['exit']} | {acc or jobs} | {train} | {x['command_s']:.1f} s |")
+    failed = [x for x in r["rows"] if x["exit"] != 0]
+    notes = [f"Device: {r['device']} (`trainer.accelerator={r['accelerator']}`). Commands:", "",
+             *[f"- {x['name']}: `{x['command']}`" for x in r["rows"]]]
+    for x in failed:
+        notes += ["", f"{x['name']} exited {x['exit']}:", "", "```", x.get("error", ""), "```"]
+    return [*rows, "", *notes]
+
+
 TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", _overhead),
           "loop": ("What the training loop adds per step", _loop),
           "hooks": ("Hook plugins: cost per training step", _hooks),
           "hotpath": ("Hot path: per-step work removed", _hotpath),
           "dataread": ("Reading the data set in a run", _dataread),
           "startup": ("Start-up", _startup),
-          "time_to_99": ("Time to 99.0% test accuracy (fast recipe)", _time_to_99)}
+          "time_to_99": ("Time to 99.0% test accuracy (fast recipe)", _time_to_99),
+          "gpu": ("The GPU path", _gpu)}
 
 
 def write_results(results_dir: Path, target: Path) -> str:

@@ -17,6 +17,8 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
   and vs ``import torch, hydra.main, omegaconf`` (what any Hydra app on torch imports before it starts).
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
+- ``gpu``: the GPU path (precisions, channels_last, compile, a large-batch recipe, DDP over NCCL,
+  a sweep), one run each, recording what ran and what broke (bench_gpu.py). Only with ``--only gpu``.
 
 Runs alternate A B A B so a drift in machine speed hits both sides; each figure is the
 median over repeats, and the spread is (max - min) / median.
@@ -46,7 +48,8 @@ RESULTS_DIR = HERE / "results"
 sys.path.insert(0, str(HERE))
 from results_md import current_commit, write_results  # noqa: E402  (a sibling file, not a package)
 
-SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "time_to_99")
+SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "time_to_99", "gpu")
+ON_REQUEST = ("time_to_99", "gpu")  # long, or needing a GPU: only with --only
 EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
 
 
@@ -263,6 +266,13 @@ def time_to_99(args: argparse.Namespace) -> dict:
             "train_time_s": summary([r["train_time_s"] for r in rows])}
 
 
+# ---------------------------------------------------------------- GPU
+def gpu(args: argparse.Namespace) -> dict:
+    from bench_gpu import measure
+
+    return measure(args.data_dir, _env(), accelerator=args.accelerator, train_batches=args.train_batches)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small settings: under 5 minutes on 2 cores")
@@ -272,15 +282,17 @@ def main() -> None:
                         "(default: 200 with --quick, else the whole epoch)")
     parser.add_argument("--seeds", type=int, default=5, help="time_to_99: seeds 0..N-1")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--accelerator", default="gpu", help="gpu: the accelerator of the gpu section "
+                        "(cpu with --train-batches 2 checks the section's plumbing)")
     parser.add_argument("--note", default="", help="conditions to record with the figures (e.g. 'idle machine')")
     parser.add_argument("--data-dir", default=os.environ.get("MODELFORGE_DATA"),
                         help="MNIST folder (default: $MODELFORGE_DATA, else modelforge's default)")
     args = parser.parse_args()
     args.repeats = args.repeats or (2 if args.quick else 3)
-    chosen = args.only or [s for s in SECTIONS if s != "time_to_99"]
+    chosen = args.only or [s for s in SECTIONS if s not in ON_REQUEST]
     RESULTS_DIR.mkdir(exist_ok=True)
     sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "dataread": dataread,
-                "startup": startup, "time_to_99": time_to_99}
+                "startup": startup, "time_to_99": time_to_99, "gpu": gpu}
     for name in chosen:
         print(f"== {name}", flush=True)
         started = time.perf_counter()

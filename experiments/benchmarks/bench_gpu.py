@@ -1,0 +1,91 @@
+"""Issue 13's GPU point in one command: what ran on the GPU and what it measured.
+
+    python experiments/benchmarks/run.py --only gpu [--data-dir DIR]
+
+Each row is one ``python -m modelforge train`` (or a sweep) with ``trainer.accelerator=gpu``; the
+data sits on the GPU (the data module moves each split there once). A row that fails is recorded
+with its exit code and the end of its error output, and the other rows still run: the point is to
+see what breaks. Rows:
+
+- the fast recipe (batch 32, one epoch, 1,719 steps) in ``32-true``; in ``bf16-mixed`` (the GPU
+  default); with ``channels_last``; with ``compile``; with both;
+- the fast recipe at batch 512 for three epochs (fewer, larger steps: what a GPU wants);
+- the default recipe (``cnn``, three epochs, batch 128);
+- ``trainer=ddp trainer.devices=1``: DDP over NCCL;
+- a two-job sweep (``-m enc_sizes=[32,64],[16,32]``) on the GPU.
+
+``--accelerator cpu --train-batches 2`` runs the same rows on a CPU, briefly: a check of this
+script, not a figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+FAST = ["experiment=fast"]
+ROWS: dict[str, list[str]] = {
+    "fast recipe, 32-true": [*FAST, "trainer.precision=32-true"],
+    "fast recipe, bf16-mixed": [*FAST, "trainer.precision=bf16-mixed"],
+    "fast recipe, bf16-mixed, channels_last": [*FAST, "trainer.precision=bf16-mixed", "channels_last=true"],
+    "fast recipe, bf16-mixed, compile": [*FAST, "trainer.precision=bf16-mixed", "compile=true"],
+    "fast recipe, bf16-mixed, channels_last + compile": [*FAST, "trainer.precision=bf16-mixed", "channels_last=true",
+                                                         "compile=true"],
+    "fast recipe at batch 512, 3 epochs, bf16-mixed": [*FAST, "data.batch_size=512", "trainer.max_epochs=3",
+                                                       "optim.lr=3e-3", "trainer.precision=bf16-mixed"],
+    "default recipe (cnn, 3 epochs), bf16-mixed": ["trainer.precision=bf16-mixed"],
+    "fast recipe, trainer=ddp trainer.devices=1 (NCCL)": [*FAST, "trainer=ddp", "trainer.devices=1"],
+    "sweep of 2 jobs (-m), fast recipe": ["-m", *FAST, "enc_sizes=[32,64],[16,32]"],
+}
+
+
+def measure(data_dir: str | None, env: Mapping[str, str], accelerator: str = "gpu",
+            train_batches: int | None = None) -> dict:
+    """Run every row once (in ``env``); per row its command, exit code, wall time and the run's figures."""
+    work = Path(tempfile.mkdtemp(prefix="mf_bench_gpu_"))
+    common = [f"trainer.accelerator={accelerator}", *([f"data.data_dir={data_dir}"] if data_dir else []),
+              *([f"trainer.limit_train_batches={train_batches}"] if train_batches else [])]
+    rows = []
+    for i, (name, overrides) in enumerate(ROWS.items()):
+        sweep = overrides[0] == "-m"
+        target = work / str(i)
+        where = f"hydra.sweep.dir={target}" if sweep else f"hydra.run.dir={target}"
+        cmd = [sys.executable, "-m", "modelforge", "train", *overrides, *common, where]
+        start = time.perf_counter()
+        result = subprocess.run(cmd, capture_output=True, text=True, env=dict(env))
+        row = {"name": name, "command": " ".join(["python", *cmd[1:-1]]), "exit": result.returncode,
+               "command_s": round(time.perf_counter() - start, 2)}
+        if result.returncode != 0:
+            row["error"] = result.stderr.strip()[-1500:]
+        elif sweep:
+            row["jobs"] = [_job(r) for r in csv.DictReader((target / "summary.csv").open())]
+        else:
+            row.update(_figures(json.loads((target / "metrics.json").read_text())))
+        rows.append(row)
+        print(f"  {name}: exit {row['exit']}, {row['command_s']:.1f} s"
+              + (f", test/acc {row['test_acc']:.4f}, train {row['train_time_s']:.2f} s" if "test_acc" in row else ""),
+              flush=True)
+    return {"accelerator": accelerator, "device": _device(), "rows": rows}
+
+
+def _figures(metrics: Mapping) -> dict:
+    return {"test_acc": metrics["test/acc"], "train_time_s": metrics["train_time_s"], "epochs": metrics.get("epochs")}
+
+
+def _job(row: Mapping[str, str]) -> dict:
+    return {"overrides": row.get("overrides"), "status": row.get("status"), "test_acc": row.get("test/acc"),
+            "train_time_s": row.get("train_time_s")}
+
+
+def _device() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
