@@ -42,12 +42,20 @@ def _fmt(s: dict, scale: float = 1.0, unit: str = "s") -> str:
 
 def _overhead(r: dict) -> list[str]:
     raw, mf = r["figures"]["raw PyTorch loop"], r["figures"]["modelforge train"]
+    pairs = r.get("pair_ratios")  # recorded since session 11
     rows = ["| figure | raw PyTorch loop | modelforge train | ratio |", "|---|---:|---:|---:|"]
     for key, label in (("epoch_s", "per epoch (training + validation)"), ("fit_s", "fit (modelforge: train_time_s)"),
                        ("command_s", "whole command")):
-        rows.append(f"| {label} | {_fmt(raw[key])} | {_fmt(mf[key])} | **{mf[key]['median'] / raw[key]['median']:.3f}x** |")
+        if pairs:
+            ratio = f"**{pairs[key]['median']:.3f}x** ({pairs[key]['min']:.3f}-{pairs[key]['max']:.3f})"
+        else:
+            ratio = f"**{mf[key]['median'] / raw[key]['median']:.3f}x**"
+        rows.append(f"| {label} | {_fmt(raw[key])} | {_fmt(mf[key])} | {ratio} |")
     rows.append(f"| test/acc | {raw['test_acc']['median']:.4f} | {mf['test_acc']['median']:.4f} | |")
-    return [*rows, "", *(f"- `{name}`: `{cmd}`" for name, cmd in r["commands"].items())]
+    how = ("Ratio: the median over the interleaved pairs of modelforge / raw loop (in brackets: the lowest and "
+           "highest pair), which a drift in the machine's speed between pairs does not bias; the ratio of the two "
+           "medians would be.") if pairs else "Ratio: modelforge's median / the raw loop's median."
+    return [*rows, "", how, "", *(f"- `{name}`: `{cmd}`" for name, cmd in r["commands"].items())]
 
 
 def _loop(r: dict) -> list[str]:

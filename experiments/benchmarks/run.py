@@ -118,8 +118,11 @@ def overhead(args: argparse.Namespace) -> dict:
     check_same_model(args.seed)
     timed([*raw_cmd, "--limit-train-batches=2", "--limit-val-batches=1", "--limit-test-batches=1"])  # warm caches
     values = interleaved({"raw PyTorch loop": raw_run, "modelforge train": modelforge_run}, args.repeats)
+    # Each pair ran back to back: its ratio holds even when the machine's speed drifts between pairs.
+    raw, ours = values["raw PyTorch loop"], values["modelforge train"]
+    pairs = {key: [m / r for m, r in zip(ours[key], raw[key])] for key in ("epoch_s", "fit_s", "command_s")}
     return {"commands": {"modelforge train": " ".join(mf_cmd[1:]), "raw PyTorch loop": " ".join(raw_cmd[1:])},
-            "limits": limits, "repeats": args.repeats,
+            "limits": limits, "repeats": args.repeats, "pair_ratios": {k: summary(v) for k, v in pairs.items()},
             "figures": {side: {k: summary(v) for k, v in figs.items()} for side, figs in values.items()}}
 
 
