@@ -32,8 +32,13 @@ def config_groups() -> dict[str, list[str]]:
     }
 
 
-def user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME`` when it is an absolute path, else ``~/.cache``."""
+def user_cache_dir() -> Path | None:
+    """``$XDG_CACHE_HOME`` when it is an absolute path, else ``~/.cache``; None when no home folder is known."""
     cache = os.environ.get("XDG_CACHE_HOME", "")
     # The XDG spec says relative values are invalid and must be ignored.
-    return Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+    if os.path.isabs(cache):
+        return Path(cache)
+    try:
+        return Path.home() / ".cache"
+    except RuntimeError:  # no $HOME and no passwd entry (e.g. docker run --user 1234)
+        return None

@@ -33,9 +33,10 @@ STALE_TEMP_S = 600.0  # a temp file this old is a killed writer's, not a running
 _warned: set[Path] = set()  # folders already warned about in this process
 
 
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/modelforge/decoded`` (default ``~/.cache/modelforge/decoded``)."""
-    return user_cache_dir() / "modelforge" / "decoded"
+def cache_dir() -> Path | None:
+    """``$XDG_CACHE_HOME/modelforge/decoded`` (default ``~/.cache/modelforge/decoded``); None without a home folder."""
+    base = user_cache_dir()
+    return None if base is None else base / "modelforge" / "decoded"
 
 
 def source_key(packed: bytes) -> str:
@@ -43,9 +44,9 @@ def source_key(packed: bytes) -> str:
     return hashlib.sha1(packed, usedforsecurity=False).hexdigest()
 
 
-def find(key: str, folder: Path | None = None) -> tuple[bytes, str] | None:
+def find(key: str) -> tuple[bytes, str] | None:
     """The kept uncompressed bytes for ``key`` and their md5, or None (damaged entries are deleted)."""
-    folder = folder or _default_folder()
+    folder = cache_dir()
     if folder is None:
         return None
     _remove_stale_temp_files(folder, key)
@@ -66,9 +67,9 @@ def find(key: str, folder: Path | None = None) -> tuple[bytes, str] | None:
     return None
 
 
-def keep(key: str, data: bytes, digest: str, folder: Path | None = None) -> None:
+def keep(key: str, data: bytes, digest: str) -> None:
     """Keep ``data`` (md5 ``digest``) under ``key``; a folder that cannot take it gets one warning per process."""
-    folder = folder or _default_folder()
+    folder = cache_dir()
     if folder is None:
         _warn_once(Path("~"), "no home folder is known ($HOME unset, no user entry); set XDG_CACHE_HOME")
         return
@@ -77,13 +78,6 @@ def keep(key: str, data: bytes, digest: str, folder: Path | None = None) -> None
         write_bytes(folder / _entry_name(key, digest), data, durable=False)
     except OSError as exc:  # DiskFullError is an OSError too
         _warn_once(folder, str(exc))
-
-
-def _default_folder() -> Path | None:
-    try:
-        return cache_dir()
-    except RuntimeError:  # Path.home() without $HOME or a passwd entry (e.g. docker run --user 1234)
-        return None
 
 
 def _warn_once(folder: Path, reason: str) -> None:

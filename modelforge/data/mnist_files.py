@@ -84,12 +84,12 @@ def resolve_data_dir(data_dir: str | Path | None = None, name: str = "mnist") ->
     if (data_dir is None or str(data_dir) == "") and name == "mnist":
         data_dir = os.environ.get("MODELFORGE_DATA") or None
     if data_dir is None or str(data_dir) == "":
-        try:
-            return user_cache_dir() / "modelforge" / name
-        except RuntimeError:  # Path.home() without $HOME or a passwd entry (e.g. docker run --user 1234)
+        cache = user_cache_dir()
+        if cache is None:
             raise DataError(f"no folder for {name}: data.data_dir is unset and no home folder is known "
                             "($HOME unset, no user entry); set data.data_dir=/path/to/it"
-                            + (" (or MODELFORGE_DATA)" if name == "mnist" else "")) from None
+                            + (" (or MODELFORGE_DATA)" if name == "mnist" else ""))
+        return cache / "modelforge" / name
     # Relative paths are relative to the working directory; abspath also folds "..", so an
     # error names the folder that was really looked in.
     return Path(os.path.abspath(Path(data_dir).expanduser()))
@@ -154,16 +154,14 @@ def _uncompressed(path: Path, cache: bool) -> tuple[bytes, str]:
     packed = read_file_bytes(path)
     if path.suffix != ".gz":
         return packed, hashlib.md5(packed, usedforsecurity=False).hexdigest()
-    if not cache:
-        data = gunzip(packed, where=path)
-        return data, hashlib.md5(data, usedforsecurity=False).hexdigest()
-    source = decoded_cache.source_key(packed)
-    kept = decoded_cache.find(source)
+    source = decoded_cache.source_key(packed) if cache else None
+    kept = decoded_cache.find(source) if source else None
     if kept is not None:
         return kept
     data = gunzip(packed, where=path)
     digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
-    decoded_cache.keep(source, data, digest)
+    if source:
+        decoded_cache.keep(source, data, digest)
     return data, digest
 
 
