@@ -117,9 +117,14 @@ class LineProgress(ProgressBar):
         self._fit_start = self._last_line = time.monotonic()
         self._first_step = trainer.global_step
         self._samples = 0
+        # A run resumed mid-epoch starts without on_train_epoch_start (Lightning skips it then).
+        self._start_epoch()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._log_epoch_done(trainer)
+        self._start_epoch()
+
+    def _start_epoch(self) -> None:
         self._epoch_start = time.monotonic()
         total = self.total_train_batches
         self._every = max(1, int(total) // self.lines_per_epoch) if math.isfinite(total) else 100

@@ -91,3 +91,23 @@ def test_sched_epochs_is_refused_where_no_schedule_is_planned(tiny_mnist: Path, 
     with pytest.raises(ConfigError, match=r"sched\.epochs: got 0"):
         train(compose_train(tiny_mnist, *SAME, "sched=onecycle", "sched.epochs=0"), run_dir=tmp_path / "run2")
     assert not (tmp_path / "run").exists() and not (tmp_path / "run2").exists()
+
+
+def test_a_mid_epoch_resume_prints_progress_lines(tiny_mnist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Piped output (LineProgress): Lightning skips on_train_epoch_start when it resumes mid-epoch."""
+    args = (*SAME, "trainer.max_epochs=2", "trainer.enable_progress_bar=true")  # not a terminal: progress lines
+    from modelforge.train import trainer as trainer_module
+
+    callbacks = trainer_module._callbacks
+    monkeypatch.setattr(trainer_module, "_callbacks", lambda *a, **k: [*callbacks(*a, **k), _SigtermAtStep(6)])
+    with pytest.raises(Terminated):
+        train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "first")
+    monkeypatch.undo()
+    ckpt = tmp_path / "first" / "checkpoints" / "interrupted.ckpt"
+    with caplog.at_level("INFO", logger="modelforge.train.progress"):
+        train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
+    lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.train.progress"]
+    assert any(line.startswith("epoch 2/2  step 3/4") for line in lines), lines  # the resumed epoch's next step
+    assert any(line.startswith("epoch 2/2 done in ") for line in lines), lines
+    assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["global_step"] == 8
