@@ -16,6 +16,10 @@ from modelforge.optim import build_scheduler, configure_optimizers, planned_epoc
 
 STAGES = ("train", "val", "test")
 STEP_LOSS_DISPLAY_S = 0.5  # how often a progress bar reads the step loss (modelforge.train.progress)
+# Batches whose predicted labels are gathered per accuracy update. An update costs ~75 us of CPU
+# whatever its size, and on a GPU its torch.bincount reads the labels' min and max back to the
+# host: updating every batch added ~0.1 ms to each CPU step and a host sync to each GPU step.
+METRIC_UPDATE_EVERY = 32
 log = logging.getLogger(__name__)
 
 
@@ -57,6 +61,7 @@ class ClassifierModule(pl.LightningModule):
             self.model = self.model.to(memory_format=torch.channels_last)
         self._loss_sum: dict[str, Tensor] = {}  # per stage: sum of loss * batch size this epoch
         self._seen: dict[str, int] = {}  # per stage: samples this epoch
+        self._pending: dict[str, list[tuple[Tensor, Tensor]]] = {}  # per stage: (predicted, true) labels
         self._next_shown = 0.0
         if getattr(model, "input_shape", None) is not None:
             # Only Lightning's model summary (trainer.enable_model_summary=true) runs it: true FLOPs.
@@ -95,7 +100,7 @@ class ClassifierModule(pl.LightningModule):
         x, y = batch
         logits = self(x)
         loss = self.loss(logits, y)
-        self.acc[f"{stage}_acc"].update(logits, y)  # not accuracy(...): no per-batch value is computed
+        self._gather_predictions(stage, logits, y)
         # Epoch figures are accumulated here and logged once per epoch (``_log_epoch``): a
         # ``self.log`` call costs about 0.7 ms on the CPU (Lightning walks its result object each
         # time), i.e. two calls per step were ~7% of a 20 ms MNIST step. Tensors only: no host sync.
@@ -106,6 +111,20 @@ class ClassifierModule(pl.LightningModule):
         if stage == "train" and self._show_step_loss():
             self.log("train/loss_step", detached, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
         return loss
+
+    def _gather_predictions(self, stage: str, logits: Tensor, y: Tensor) -> None:
+        """Keep this batch's predicted labels; the stage's accuracy is updated every
+        ``METRIC_UPDATE_EVERY`` batches and at the end of the epoch (``_update_accuracy``)."""
+        pending = self._pending.setdefault(stage, [])
+        pending.append((logits.detach().argmax(1), y))  # argmax(1): what the metric does with logits
+        if len(pending) >= METRIC_UPDATE_EVERY:
+            self._update_accuracy(stage)
+
+    def _update_accuracy(self, stage: str) -> None:
+        pending = self._pending.pop(stage, None)
+        if pending:
+            predicted, true = zip(*pending)
+            self.acc[f"{stage}_acc"].update(torch.cat(predicted), torch.cat(true))
 
     def _show_step_loss(self) -> bool:
         """Log the step loss only where a logger writes it (every ``log_every_n_steps``, as
@@ -119,6 +138,7 @@ class ClassifierModule(pl.LightningModule):
     def _start_epoch(self, stage: str) -> None:
         self._loss_sum.pop(stage, None)
         self._seen.pop(stage, None)
+        self._pending.pop(stage, None)
         self.acc[f"{stage}_acc"].reset()
 
     def _log_epoch(self, stage: str) -> None:
@@ -133,6 +153,7 @@ class ClassifierModule(pl.LightningModule):
                 self.log("train/loss", mean, logger=False, sync_dist=True)  # what monitor=train/loss reads
             else:
                 self.log(f"{stage}/loss", mean, prog_bar=True, sync_dist=True)
+        self._update_accuracy(stage)
         accuracy = self.acc[f"{stage}_acc"]
         if accuracy.update_count:
             self.log(f"{stage}/acc", accuracy.compute(), prog_bar=True)

@@ -69,6 +69,32 @@ def test_eval_reproduces_the_test_metrics(trained_run: Path, tiny_mnist: Path, t
     assert results["test/loss"] == pytest.approx(recorded["test/loss"], rel=1e-5)
 
 
+def test_accuracy_counts_every_image_whatever_the_batching(trained_run: Path, tiny_mnist: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Predicted labels reach the accuracy metric in groups of METRIC_UPDATE_EVERY batches and at
+    the end of the epoch: 64 one-image batches make two updates, 13 batches of five make one."""
+    from torchmetrics.classification import MulticlassAccuracy
+
+    from modelforge.train.module import METRIC_UPDATE_EVERY
+
+    assert METRIC_UPDATE_EVERY == 32  # the update sizes below follow from it
+    update, sizes = MulticlassAccuracy.update, []
+
+    def counted(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        sizes.append(len(target))
+        update(self, preds, target)
+
+    monkeypatch.setattr(MulticlassAccuracy, "update", counted)
+    recorded = json.loads((trained_run / "metrics.json").read_text())["test/acc"]
+    for batch_size, updates in ((1, [32, 32]), (5, [64]), (64, [64])):
+        cfg = compose_train(tiny_mnist, f"data.batch_size={batch_size}")
+        cfg.ckpt_path = str(trained_run / "checkpoints" / "last.ckpt")
+        sizes.clear()
+        accuracy = evaluate(cfg, run_dir=tmp_path / str(batch_size))["test/acc"]
+        assert sizes == updates, batch_size
+        assert accuracy == recorded and accuracy * 64 == round(accuracy * 64), batch_size
+
+
 def test_resume_continues_from_the_next_epoch(trained_run: Path, tiny_mnist: Path, tmp_path: Path) -> None:
     before = {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.is_file()}
     cfg = compose_train(tiny_mnist, "model=cnn", "enc_sizes=[8,16]", "dec_sizes=[32]", "trainer.max_epochs=3",
