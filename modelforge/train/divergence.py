@@ -1,9 +1,13 @@
 """Stop training at the first step whose loss is not finite, or above ``divergence.max_loss``.
 
-The check runs before backward, so the weights are still those of the last good step and
-no optimizer step is taken on a NaN. ``trainer.detect_anomaly=true`` (Lightning's option)
-additionally makes autograd name the operation that produced the first NaN gradient, at a
-large cost in speed: for finding the cause, not for every run.
+On the CPU the check runs before backward, so the weights are still those of the last good step
+and no optimizer step is taken on a NaN. On a CUDA GPU, reading the loss back every step would
+make the host wait for the GPU at every step; there each step's loss is copied back without
+waiting and checked at the next step, so the run stops one step later. A checkpoint is never
+written from weights past a bad loss: a pending check runs before every save and before
+validation. ``trainer.detect_anomaly=true`` (Lightning's option) additionally makes autograd name
+the operation that produced the first NaN gradient, at a large cost in speed: for finding the
+cause, not for every run.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import Callback
 from torch import Tensor
 
@@ -20,20 +25,66 @@ from modelforge.stops import Diverged
 
 
 class DivergenceGuard(Callback):
-    """Raises :class:`Diverged` naming the step, the loss and the likely causes."""
+    """Raises :class:`Diverged` naming the step, the loss and the likely causes.
 
-    def __init__(self, max_loss: float | None = None, config: Mapping[str, Any] | None = None) -> None:
+    Args:
+        max_loss: a finite loss above this also stops the run (None: only NaN and inf do).
+        config: the run config, to name the likely causes.
+        deferred: check each loss at the next step instead of at once; None: on CUDA devices only.
+    """
+
+    def __init__(self, max_loss: float | None = None, config: Mapping[str, Any] | None = None,
+                 deferred: bool | None = None) -> None:
         self.max_loss = None if max_loss is None else float(max_loss)
         self.config = dict(config or {})
+        self.deferred = deferred
+        self._pending: tuple[Tensor, Any, int, int] | None = None  # (loss on the host, copy done, step, epoch)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.deferred is None:
+            self.deferred = pl_module.device.type == "cuda"
+        self._pending = None
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
-        value = float(loss.detach().float().item())
+        if not self.deferred:
+            self._check(float(loss.detach().float().item()), trainer, trainer.global_step, trainer.current_epoch)
+            return
+        self._check_pending(trainer)  # the previous step's: the GPU is long done with it
+        value = loss.detach().float()
+        done = None
+        if value.is_cuda:
+            value = value.to("cpu", non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+        else:
+            value = value.clone()
+        self._pending = (value, done, trainer.global_step, trainer.current_epoch)
+
+    # Before anything that would keep or judge the weights a bad step left behind.
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_pending(trainer)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._check_pending(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_pending(trainer)
+
+    def _check_pending(self, trainer: pl.Trainer) -> None:
+        if self._pending is None:
+            return
+        value, done, step, epoch = self._pending
+        self._pending = None
+        if done is not None:
+            done.synchronize()
+        self._check(float(value), trainer, step, epoch)
+
+    def _check(self, value: float, trainer: pl.Trainer, step: int, epoch: int) -> None:
         bad = not math.isfinite(value)
         if not bad and (self.max_loss is None or value <= self.max_loss):
             return
         what = f"loss {value}" if bad else f"loss {value:.4g} above divergence.max_loss={self.max_loss:g}"
-        raise Diverged(f"training diverged at step {trainer.global_step} (epoch {trainer.current_epoch}): "
-                       f"{what}. {self._causes(trainer)}")
+        raise Diverged(f"training diverged at step {step} (epoch {epoch}): {what}. {self._causes(trainer)}")
 
     def _causes(self, trainer: pl.Trainer) -> str:
         optim = self.config.get("optim") or {}

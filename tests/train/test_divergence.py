@@ -7,9 +7,14 @@ import re
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader, TensorDataset
 
 from modelforge.stops import Diverged
 from modelforge.train import train
+from modelforge.train.divergence import DivergenceGuard
 from tests.train.conftest import compose_train, tiny_cli_args
 
 
@@ -55,3 +60,53 @@ def test_a_bad_bound_is_a_config_error(value: str, tiny_mnist: Path, tmp_path: P
 
     with pytest.raises(ConfigError, match=r"(?s)divergence.max_loss: got .*allowed: null or a number > 0"):
         train(compose_train(tiny_mnist, f"divergence.max_loss={value}"), run_dir=tmp_path)
+
+
+class _NanAtStep(pl.LightningModule):
+    """A linear model whose loss is NaN at one step (4 steps per epoch on ``_loader``)."""
+
+    def __init__(self, bad_step: int) -> None:
+        super().__init__()
+        self.layer, self.bad_step = torch.nn.Linear(4, 1), bad_step
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.layer(batch[0]).pow(2).mean()
+        return loss * float("nan") if self.global_step == self.bad_step else loss
+
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        self.log("val/loss", self.layer(batch[0]).pow(2).mean())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _loader() -> DataLoader:
+    return DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)
+
+
+def _fit(guard: DivergenceGuard, bad_step: int, ckpt_dir: Path, validate: bool) -> tuple[pl.Trainer, Diverged]:
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0,
+                         callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True), guard])
+    with pytest.raises(Diverged) as raised:
+        trainer.fit(_NanAtStep(bad_step), _loader(), _loader() if validate else None)
+    return trainer, raised.value
+
+
+def test_on_the_cpu_the_guard_stops_before_the_bad_step_is_taken(tmp_path: Path) -> None:
+    trainer, error = _fit(DivergenceGuard(), bad_step=1, ckpt_dir=tmp_path, validate=False)
+    assert "training diverged at step 1 (epoch 0): loss nan" in str(error)
+    assert trainer.global_step == 1  # no optimizer step on the NaN
+
+
+def test_a_deferred_check_as_on_a_gpu_stops_one_step_later_naming_the_bad_step(tmp_path: Path) -> None:
+    trainer, error = _fit(DivergenceGuard(deferred=True), bad_step=1, ckpt_dir=tmp_path, validate=False)
+    assert "training diverged at step 1 (epoch 0): loss nan" in str(error)
+    assert trainer.global_step == 2  # the bad step was taken; the next one's check stopped the run
+
+
+@pytest.mark.parametrize("validate", [True, False], ids=["before validation", "before the epoch's checkpoint"])
+def test_a_deferred_check_keeps_a_bad_last_step_out_of_every_checkpoint(validate: bool, tmp_path: Path) -> None:
+    _, error = _fit(DivergenceGuard(deferred=True), bad_step=3, ckpt_dir=tmp_path, validate=validate)
+    assert "training diverged at step 3 (epoch 0): loss nan" in str(error)
+    assert list(tmp_path.iterdir()) == []  # epoch 0 ended on the NaN step: nothing of it is saved
