@@ -15,7 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from modelforge.optim import build_scheduler, configure_optimizers, planned_epochs, schedule_length
 
 STAGES = ("train", "val", "test")
-STEP_LOSS_DISPLAY_S = 0.5  # how often a progress bar reads the step loss (modelforge.train.progress)
+STEP_LOSS_DISPLAY_S = 0.5  # how often a bar other than modelforge's gets the step loss logged for it
 # Batches whose predicted labels are gathered per accuracy update. An update costs ~75 us of CPU
 # whatever its size, and on a GPU its torch.bincount reads the labels' min and max back to the
 # host: updating every batch added ~0.1 ms to each CPU step and a host sync to each GPU step.
@@ -63,6 +63,9 @@ class ClassifierModule(pl.LightningModule):
         self._seen: dict[str, int] = {}  # per stage: samples this epoch
         self._pending: dict[str, list[tuple[Tensor, Tensor]]] = {}  # per stage: (predicted, true) labels
         self._next_shown = 0.0
+        self._log_for_bar = False  # set in on_train_start: whether the run's bar reads prog_bar metrics
+        # The latest training loss (a tensor: reading it is a host sync on a GPU), for progress bars.
+        self.last_step_loss: Tensor | None = None
         if getattr(model, "input_shape", None) is not None:
             # Only Lightning's model summary (trainer.enable_model_summary=true) runs it: true FLOPs.
             self.example_input_array = torch.zeros(1, *model.input_shape)
@@ -74,6 +77,11 @@ class ClassifierModule(pl.LightningModule):
             self.model.compile()
 
     def on_train_start(self) -> None:
+        # Lightning converts every prog_bar value it holds to a float after every batch, the stale
+        # ones too: a host sync per step on a GPU. modelforge's bars read last_step_loss when they
+        # draw instead; another bar (a user's choice) still gets the step loss with prog_bar=True.
+        bar = self.trainer.progress_bar_callback
+        self._log_for_bar = bar is not None and not getattr(bar, "reads_last_step_loss", False)
         # A resumed run may end at another step than the run it resumes planned for (more
         # epochs, fewer batches per epoch): re-plan the schedule to end with this run, from here on.
         config = self.hparams.config
@@ -108,8 +116,11 @@ class ClassifierModule(pl.LightningModule):
         detached = loss.detach()
         self._loss_sum[stage] = self._loss_sum.get(stage, 0) + detached.float() * n
         self._seen[stage] = self._seen.get(stage, 0) + n
-        if stage == "train" and self._show_step_loss():
-            self.log("train/loss_step", detached, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
+        if stage == "train":
+            self.last_step_loss = detached
+            if self._log_step_loss():
+                self.log("train/loss_step", detached, on_step=True, on_epoch=False, prog_bar=self._log_for_bar,
+                         batch_size=n)
         return loss
 
     def _gather_predictions(self, stage: str, logits: Tensor, y: Tensor) -> None:
@@ -126,11 +137,13 @@ class ClassifierModule(pl.LightningModule):
             predicted, true = zip(*pending)
             self.acc[f"{stage}_acc"].update(torch.cat(predicted), torch.cat(true))
 
-    def _show_step_loss(self) -> bool:
+    def _log_step_loss(self) -> bool:
         """Log the step loss only where a logger writes it (every ``log_every_n_steps``, as
-        Lightning's logger connector counts) or a progress bar may read it (every 0.5 s)."""
+        Lightning's logger connector counts) or, for a bar that reads logged values, every 0.5 s."""
+        if (self.global_step + 1) % max(self.trainer.log_every_n_steps, 1) == 0:
+            return True
         now = time.monotonic()
-        if (self.global_step + 1) % max(self.trainer.log_every_n_steps, 1) == 0 or now >= self._next_shown:
+        if self._log_for_bar and now >= self._next_shown:
             self._next_shown = now + STEP_LOSS_DISPLAY_S
             return True
         return False

@@ -23,17 +23,21 @@ from modelforge.train.module import fit_end_step
 
 log = logging.getLogger(__name__)
 
-# What a bar shows, as (logged name, short label): with a 12-column bar, the longest line
+# A bar shows the latest training loss: with a 12-column bar, the longest line
 # ("epoch 1/1  [bar] 1719/1719 0:00:26 • 0:00:00 100.00it/s loss: 0.123") is 75 columns.
 # Validation metrics get a log line at each epoch's end instead.
-BAR_METRICS = (("train/loss_step", "loss"),)
 BAR_WIDTH = 12
 
 
 class _CompactMetrics:
-    """Mixin for Lightning's bars: two short metrics, read at most every ``interval_s`` seconds."""
+    """Mixin for Lightning's bars: the step loss, read from the module at most every ``interval_s`` seconds.
+
+    It reads ``ClassifierModule.last_step_loss`` rather than Lightning's progress-bar metrics, which
+    Lightning converts to floats after every batch (a host sync per step on a GPU).
+    """
 
     interval_s = 0.5
+    reads_last_step_loss = True  # ClassifierModule then logs no value for the bar
 
     def _init_compact(self) -> None:
         self._shown: dict[str, float] = {}
@@ -41,10 +45,10 @@ class _CompactMetrics:
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         now = time.monotonic()
-        if now >= self._next_read:  # the bar asks every step; reading converts tensors (a sync)
+        if now >= self._next_read:  # the bar asks every step; reading the tensor is a sync on a GPU
             self._next_read = now + self.interval_s
-            metrics = trainer.progress_bar_metrics
-            self._shown = {short: float(metrics[key]) for key, short in BAR_METRICS if key in metrics}
+            loss = getattr(pl_module, "last_step_loss", None)
+            self._shown = {"loss": float(loss)} if loss is not None else {}
         return dict(self._shown)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -99,6 +103,8 @@ class LineProgress(ProgressBar):
     Each line has the epoch, the step, the latest loss, throughput and the time left;
     a line at each epoch's end has its validation metrics.
     """
+
+    reads_last_step_loss = True  # its loss is the training step's output: nothing need be logged for it
 
     def __init__(self, lines_per_epoch: int = 20, every_s: float = 30.0) -> None:
         super().__init__()

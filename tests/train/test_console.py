@@ -90,6 +90,35 @@ def test_terminal_bar_fits_80_columns(tiny_mnist: Path) -> None:
     assert not [line for line in lines if line.lstrip().startswith(("loss", "val/"))]  # nothing wrapped
 
 
+@pytest.mark.parametrize("bar", ["modelforge's", "Lightning's"])
+def test_only_a_bar_that_reads_logged_values_gets_the_step_loss_for_its_bar(bar: str, tiny_mnist: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning turns every prog_bar value it holds into a float after every batch (on a GPU, a
+    host sync per step); modelforge's bars read the module's last_step_loss when they draw instead."""
+    from pytorch_lightning.callbacks import TQDMProgressBar
+    from pytorch_lightning.trainer.connectors.logger_connector import result
+
+    from modelforge.train.progress import CompactTQDMBar
+
+    converted = []
+    convert = result.convert_tensors_to_scalars
+    monkeypatch.setattr(result, "convert_tensors_to_scalars", lambda value: converted.append(value) or convert(value))
+    callback = CompactTQDMBar() if bar == "modelforge's" else TQDMProgressBar()
+    module = ClassifierModule(build_model({"name": "mlp", "hidden_sizes": [16]}, seed=0),
+                              config={"optim": {"name": "adam", "lr": 1e-3}, "sched": None})
+    data = MNISTDataModule(data_dir=tiny_mnist, verify=False, download=False, val_size=32, batch_size=4)
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_model_summary=False, limit_val_batches=0, callbacks=[callback])
+    trainer.fit(module, datamodule=data)  # 128 training images: 32 steps
+    if bar == "modelforge's":
+        assert len(converted) == 4  # the epoch's loss and accuracy, twice at its end: none per step
+        assert "train/loss_step" not in trainer.progress_bar_metrics
+        assert callback.get_metrics(trainer, module) == {"loss": float(module.last_step_loss)}
+    else:
+        assert len(converted) >= 31  # the step loss, after every batch from the first on
+        assert isinstance(trainer.progress_bar_metrics["train/loss_step"], float)  # logged every 0.5 s
+
+
 def test_python_runs_leave_the_cli_record_and_run_twice(tiny_mnist: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
