@@ -67,7 +67,13 @@ class MnistBatches(Dataset):
         return len(self.labels)
 
     def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
-        index = torch.as_tensor(indices, dtype=torch.long, device=self.images.device)
+        index = torch.as_tensor(indices, dtype=torch.long)
+        if self.images.is_cuda:
+            # A plain copy to the GPU waits for all the GPU's queued work (the previous step) before
+            # it returns; from pinned memory, non_blocking, it is queued behind that work instead.
+            index = index.pin_memory().to(self.images.device, non_blocking=True)
+        else:
+            index = index.to(self.images.device)
         images = random_shift(self.images[index], self.augment_shift)
         x = images.unsqueeze(1).float().div_(255.0)
         if self.normalize:
