@@ -14,6 +14,9 @@ see what breaks. Rows:
 - ``trainer=ddp trainer.devices=1``: DDP over NCCL;
 - a two-job sweep (``-m enc_sizes=[32,64],[16,32]``) on the GPU.
 
+Before the rows, ``gpu_host_syncs.py`` counts the host syncs in steady-state training steps of the
+fast recipe at batch 32 and at batch 512 (bf16-mixed): each makes the host wait for the GPU.
+
 ``--accelerator cpu --train-batches 2`` runs the same rows on a CPU, briefly: a check of this
 script, not a figure.
 """
@@ -45,10 +48,39 @@ ROWS: dict[str, list[str]] = {
 }
 
 
+SYNC_CHECKS: dict[str, list[str]] = {
+    "host syncs in training steps, fast recipe, bf16-mixed": ["trainer.precision=bf16-mixed"],
+    "host syncs in training steps, batch 512, bf16-mixed": ["data.batch_size=512", "trainer.precision=bf16-mixed"],
+}
+
+
+def count_host_syncs(data_dir: str | None, env: Mapping[str, str]) -> list[dict]:
+    """Per ``SYNC_CHECKS`` entry: the synchronizing operations torch reported in its training steps."""
+    checks = []
+    for name, overrides in SYNC_CHECKS.items():
+        cmd = [sys.executable, str(Path(__file__).with_name("gpu_host_syncs.py")),
+               *([f"--data-dir={data_dir}"] if data_dir else []), *overrides]
+        start = time.perf_counter()
+        result = subprocess.run(cmd, capture_output=True, text=True, env=dict(env))
+        check = {"name": name, "command": " ".join(["python", *cmd[1:]]), "exit": result.returncode,
+                 "command_s": round(time.perf_counter() - start, 2)}
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines:
+            check["error"] = result.stderr.strip()[-1500:]
+        else:
+            check.update(json.loads(lines[-1]))
+        checks.append(check)
+        print(f"  {name}: exit {check['exit']}, " + (f"{check['syncs']} syncs in {check['steps_checked']} steps"
+                                                     if "syncs" in check else check.get("skipped", "see error")),
+              flush=True)
+    return checks
+
+
 def measure(data_dir: str | None, env: Mapping[str, str], accelerator: str = "gpu",
             train_batches: int | None = None) -> dict:
     """Run every row once (in ``env``); per row its command, exit code, wall time and the run's figures."""
     work = Path(tempfile.mkdtemp(prefix="mf_bench_gpu_"))
+    host_syncs = count_host_syncs(data_dir, env)
     common = [f"trainer.accelerator={accelerator}", *([f"data.data_dir={data_dir}"] if data_dir else []),
               *([f"trainer.limit_train_batches={train_batches}"] if train_batches else [])]
     rows = []
@@ -71,7 +103,7 @@ def measure(data_dir: str | None, env: Mapping[str, str], accelerator: str = "gp
         print(f"  {name}: exit {row['exit']}, {row['command_s']:.1f} s"
               + (f", test/acc {row['test_acc']:.4f}, train {row['train_time_s']:.2f} s" if "test_acc" in row else ""),
               flush=True)
-    return {"accelerator": accelerator, "device": _device(), "rows": rows}
+    return {"accelerator": accelerator, "device": _device(), "host_syncs": host_syncs, "rows": rows}
 
 
 def _figures(metrics: Mapping) -> dict:

@@ -125,7 +125,24 @@ def _gpu(r: dict) -> list[str]:
              *[f"- {x['name']}: `{x['command']}`" for x in r["rows"]]]
     for x in failed:
         notes += ["", f"{x['name']} exited {x['exit']}:", "", "```", x.get("error", ""), "```"]
-    return [*rows, "", *notes]
+    return [*rows, "", *notes, *_host_syncs(r.get("host_syncs") or [])]
+
+
+def _host_syncs(checks: list[dict]) -> list[str]:
+    """gpu_host_syncs.py's counts: synchronizing CUDA operations in steady-state training steps."""
+    if not checks:
+        return []
+    lines = ["", "| host syncs (torch.cuda.set_sync_debug_mode) | exit | steps checked | syncs |", "|---|---:|---:|---:|"]
+    for x in checks:
+        found = (str(x["steps_checked"]), str(x["syncs"])) if "syncs" in x else ("", x.get("skipped", "error"))
+        lines.append(f"| {x['name']} | {x['exit']} | {found[0]} | {found[1]} |")
+    for x in checks:
+        lines += ["", f"- {x['name']}: `{x['command']}`"]
+        for where in x.get("where", [])[:3]:
+            lines += ["", f"  {where['count']} from:", "", "  ```", *["  " + s for s in where["stack"].splitlines()], "  ```"]
+        if "error" in x:
+            lines += ["", "  ```", *["  " + s for s in x["error"].splitlines()], "  ```"]
+    return lines
 
 
 TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", _overhead),
