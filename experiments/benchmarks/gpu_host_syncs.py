@@ -51,6 +51,7 @@ class HostSyncCounter(pl.Callback):
                            batch_idx: int) -> None:
         if batch_idx == 1 and not self._on:  # the first batches allocate and warm up: not the steady state
             warnings.filterwarnings("always", message=SYNC_WARNING)
+            self._show = warnings.showwarning  # whatever the run installed (e.g. logging's capture)
             warnings.showwarning = self._record
             torch.cuda.set_sync_debug_mode("warn")
             self._on = True
