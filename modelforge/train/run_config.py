@@ -26,6 +26,7 @@ from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.train.trainer import build_datamodule, hydra_overrides
 from modelforge.train.callbacks import build_callbacks
 from modelforge.train.loggers import check_loggers
+from modelforge.train.run_safety import divergence_bound
 from modelforge.train.trainer_options import check_trainer_options
 
 # What ClassifierModule logs at each validation: what picks the best checkpoint, and what
@@ -85,6 +86,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     check_trainer_options(plain.get("trainer") or {})
     check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
+    divergence_bound(plain)
     return RunConfig(
         config=plain,
         model=model,

@@ -54,6 +54,15 @@ def test_adam_at_lr_1e6_does_not_finish_silently(tiny_mnist: Path, tmp_path: Pat
         train(cfg, run_dir=tmp_path)
 
 
+def test_a_bad_bound_on_the_command_line_stops_before_the_run_directory_exists(run_main, tiny_mnist: Path,
+                                                                             tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    result = run_main("train", "divergence.max_loss=-1", *tiny_cli_args(tiny_mnist), f"hydra.run.dir={run}")
+    assert result.returncode == 2
+    assert "error: divergence.max_loss: got -1\n  allowed: null or a number > 0" in result.stderr
+    assert not run.exists()
+
+
 @pytest.mark.parametrize("value", ["-1", "abc", "true"])
 def test_a_bad_bound_is_a_config_error(value: str, tiny_mnist: Path, tmp_path: Path) -> None:
     from modelforge.errors import ConfigError
