@@ -43,3 +43,27 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
                               suggestions=closest_names(key, accepted), allowed=sorted(accepted))
         check_type(value, accepted[key], f"trainer.{key}")
     check_accelerator(options)
+    _check_values_with_lightning(options)
+
+
+def _check_values_with_lightning(options: Mapping[str, Any]) -> None:
+    """Lightning's own checks of the values (ranges, combinations such as ``max_epochs=-5``), before
+    any run directory exists: a Trainer with nothing to write is built and thrown away (~5 ms)."""
+    import logging
+    import warnings
+
+    from pytorch_lightning.utilities.exceptions import MisconfigurationException
+
+    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+             "enable_model_summary": False}
+    lightning_log = logging.getLogger("pytorch_lightning")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.ERROR)  # its device banner comes once, from the run's own Trainer
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pl.Trainer(**{**options, **quiet})
+    except (MisconfigurationException, ValueError) as exc:
+        raise ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got") from None
+    finally:
+        lightning_log.setLevel(level)
