@@ -6,8 +6,9 @@ A sync makes the host wait until the GPU has run everything queued so far, so th
 cannot be queued while this one runs: on a small model it is the difference between the GPU's
 time per step and the GPU's plus the host's. This runs ``train`` of the fast recipe (any extra
 override after the options) for ``--steps`` training batches with a callback that sets
-``torch.cuda.set_sync_debug_mode("warn")`` after the second batch and clears it at the end of the
-epoch, and records each synchronizing operation with the code that called it. The run logs
+``torch.cuda.set_sync_debug_mode("warn")`` after the second batch and clears it when validation
+starts, and records each synchronizing operation with the code that called it (torch does not
+report waiting on an event, as the divergence guard does for the previous step's loss). The run logs
 nothing per step (``log_every_n_steps`` above the step count) and shows no bar: logging and a
 bar read metrics, which is a sync on purpose, a few times a second at most. Prints one JSON line:
 ``{"steps_checked": N, "syncs": K, "where": [{"count": c, "stack": "..."}, ...]}``.
@@ -38,7 +39,7 @@ COUNTERS: list[HostSyncCounter] = []  # every counter a run built from its confi
 
 @CALLBACKS.register("bench_host_syncs")
 class HostSyncCounter(pl.Callback):
-    """Counts synchronizing CUDA operations from the end of the second training batch to the epoch's end."""
+    """Counts synchronizing CUDA operations from the end of the second training batch to validation."""
 
     def __init__(self) -> None:
         self.stacks: collections.Counter[str] = collections.Counter()
@@ -57,6 +58,10 @@ class HostSyncCounter(pl.Callback):
             self._on = True
         elif self._on:
             self.steps_checked += 1
+
+    # Validation and the epoch's checkpoint come before on_train_epoch_end: not training steps.
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._off()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._off()

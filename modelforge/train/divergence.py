@@ -1,13 +1,17 @@
 """Stop training at the first step whose loss is not finite, or above ``divergence.max_loss``.
 
-On the CPU the check runs before backward, so the weights are still those of the last good step
-and no optimizer step is taken on a NaN. On a CUDA GPU, reading the loss back every step would
-make the host wait for the GPU at every step; there each step's loss is copied back without
-waiting and checked at the next step, so the run stops one step later. A checkpoint is never
-written from weights past a bad loss: a pending check runs before every save and before
-validation. ``trainer.detect_anomaly=true`` (Lightning's option) additionally makes autograd name
-the operation that produced the first NaN gradient, at a large cost in speed: for finding the
-cause, not for every run.
+On the CPU (and under DDP) the check runs before backward, so the weights are still those of the
+last good step and no optimizer step is taken on a NaN. On a single CUDA GPU, reading the loss
+back before backward would make the host wait for the GPU to finish each step before it can
+queue the next; there each step's loss is copied back without waiting and checked at the next
+step, so the run stops one step later and the host runs at most one step ahead. A pending check
+also runs before validation, before each full checkpoint save and at the end of training, so
+modelforge's checkpoints never hold weights past a bad loss (a weights-only save skips callbacks'
+hooks). Under DDP each rank sees only its own loss, and a bad one reaches every rank's weights
+through the gradient all-reduce: that is why DDP keeps the immediate check.
+``trainer.detect_anomaly=true`` (Lightning's option) additionally makes autograd name the
+operation that produced the first NaN gradient, at a large cost in speed: for finding the cause,
+not for every run.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ class DivergenceGuard(Callback):
     Args:
         max_loss: a finite loss above this also stops the run (None: only NaN and inf do).
         config: the run config, to name the likely causes.
-        deferred: check each loss at the next step instead of at once; None: on CUDA devices only.
+        deferred: check each loss at the next step instead of at once; None: on a single CUDA GPU only.
     """
 
     def __init__(self, max_loss: float | None = None, config: Mapping[str, Any] | None = None,
@@ -38,19 +42,21 @@ class DivergenceGuard(Callback):
         self.max_loss = None if max_loss is None else float(max_loss)
         self.config = dict(config or {})
         self.deferred = deferred
-        self._pending: tuple[Tensor, Any, int, int] | None = None  # (loss on the host, copy done, step, epoch)
+        self._deferred = False  # this fit's choice (on_train_start)
+        # (the loss on the host, the event that says its copy is done, step, epoch)
+        self._pending: tuple[Tensor, torch.cuda.Event | None, int, int] | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.deferred is None:
-            self.deferred = pl_module.device.type == "cuda"
+        single_gpu = pl_module.device.type == "cuda" and trainer.world_size == 1
+        self._deferred = single_gpu if self.deferred is None else self.deferred
         self._pending = None
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
-        if not self.deferred:
-            self._check(float(loss.detach().float().item()), trainer, trainer.global_step, trainer.current_epoch)
+        value = _unscaled(trainer, loss.detach().float())
+        if not self._deferred:
+            self._check(float(value.item()), trainer, trainer.global_step, trainer.current_epoch)
             return
-        self._check_pending(trainer)  # the previous step's: the GPU is long done with it
-        value = loss.detach().float()
+        self._check_pending(trainer)  # the previous step's loss: its copy is done unless the GPU lags a step
         done = None
         if value.is_cuda:
             value = value.to("cpu", non_blocking=True)
@@ -97,3 +103,14 @@ class DivergenceGuard(Callback):
         causes.append("no gradient clipping (trainer.gradient_clip_val=1.0)")
         return ("Likely causes: " + "; ".join(causes) +
                 ". trainer.detect_anomaly=true names the operation that first produced a NaN.")
+
+
+def _unscaled(trainer: pl.Trainer, loss: Tensor) -> Tensor:
+    """The loss itself: under ``16-mixed`` with a gradient scaler, Lightning hands callbacks the loss
+    already multiplied by the scale (65536 at first), which ``max_loss`` must not be compared with."""
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    if scaler is None or not scaler.is_enabled():
+        return loss
+    # The scale as a tensor on the loss's device: get_scale() would read it back to the host.
+    scale = scaler._get_scale_async() if hasattr(scaler, "_get_scale_async") else scaler.get_scale()
+    return loss / scale

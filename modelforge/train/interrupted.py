@@ -35,6 +35,9 @@ class CheckpointOnException(Callback):
             return  # resuming would diverge again / run out of memory again: offer no resume point
         try:
             trainer.save_checkpoint(self.path)
+        except Diverged as exc:  # a loss checked late (on a GPU) was bad: those weights are not worth resuming
+            log.error("not saving the training state to %s: %s", self.path, exc)
+            return
         except Exception as exc:  # e.g. a full disk: the run's own error is the one to report
             log.error("could not save the training state to %s: %s", self.path, exc)
             return

@@ -37,7 +37,7 @@ class _CompactMetrics:
     """
 
     interval_s = 0.5
-    reads_last_step_loss = True  # ClassifierModule then logs no value for the bar
+    needs_logged_step_loss = False  # ClassifierModule then logs the step loss for its logger only
 
     def _init_compact(self) -> None:
         self._shown: dict[str, float] = {}
@@ -61,7 +61,7 @@ class _CompactMetrics:
 
 
 class CompactTQDMBar(_CompactMetrics, TQDMProgressBar):
-    """Lightning's tqdm bar with two short metrics, fitting an 80-column terminal."""
+    """Lightning's tqdm bar with the step loss, fitting an 80-column terminal."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -72,7 +72,7 @@ if _RICH_AVAILABLE:
     from pytorch_lightning.callbacks.progress import RichProgressBar
 
     class CompactRichBar(_CompactMetrics, RichProgressBar):
-        """Lightning's Rich bar with two short metrics and ``epoch N/M`` (1-based), in 80 columns."""
+        """Lightning's Rich bar with the step loss and ``epoch N/M`` (1-based), in 80 columns."""
 
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
@@ -104,7 +104,7 @@ class LineProgress(ProgressBar):
     a line at each epoch's end has its validation metrics.
     """
 
-    reads_last_step_loss = True  # its loss is the training step's output: nothing need be logged for it
+    needs_logged_step_loss = False  # its loss is the training step's output
 
     def __init__(self, lines_per_epoch: int = 20, every_s: float = 30.0) -> None:
         super().__init__()

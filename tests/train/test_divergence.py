@@ -76,13 +76,14 @@ class _NanAtStep(pl.LightningModule):
 
     def __init__(self, bad_step: int) -> None:
         super().__init__()
-        self.layer, self.bad_step = torch.nn.Linear(4, 1), bad_step
+        self.layer, self.bad_step, self.validated = torch.nn.Linear(4, 1), bad_step, 0
 
     def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self.layer(batch[0]).pow(2).mean()
         return loss * float("nan") if self.global_step == self.bad_step else loss
 
     def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        self.validated += 1
         self.log("val/loss", self.layer(batch[0]).pow(2).mean())
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -93,8 +94,9 @@ def _loader() -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)
 
 
-def _fit(guard: DivergenceGuard, bad_step: int, ckpt_dir: Path, validate: bool) -> tuple[pl.Trainer, Diverged]:
-    trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_progress_bar=False,
+def _fit(guard: DivergenceGuard, bad_step: int, ckpt_dir: Path, validate: bool,
+         accelerator: str = "cpu") -> tuple[pl.Trainer, Diverged]:
+    trainer = pl.Trainer(accelerator=accelerator, devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True), guard])
     with pytest.raises(Diverged) as raised:
@@ -116,6 +118,35 @@ def test_a_deferred_check_as_on_a_gpu_stops_one_step_later_naming_the_bad_step(t
 
 @pytest.mark.parametrize("validate", [True, False], ids=["before validation", "before the epoch's checkpoint"])
 def test_a_deferred_check_keeps_a_bad_last_step_out_of_every_checkpoint(validate: bool, tmp_path: Path) -> None:
-    _, error = _fit(DivergenceGuard(deferred=True), bad_step=3, ckpt_dir=tmp_path, validate=validate)
+    trainer, error = _fit(DivergenceGuard(deferred=True), bad_step=3, ckpt_dir=tmp_path, validate=validate)
     assert "training diverged at step 3 (epoch 0): loss nan" in str(error)
+    assert trainer.lightning_module.validated == 0  # stopped before validating NaN weights
     assert list(tmp_path.iterdir()) == []  # epoch 0 ended on the NaN step: nothing of it is saved
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_single_gpu_the_guard_defers_its_check_by_one_step(tmp_path: Path) -> None:
+    trainer, error = _fit(DivergenceGuard(), bad_step=1, ckpt_dir=tmp_path, validate=False, accelerator="gpu")
+    assert "training diverged at step 1 (epoch 0): loss nan" in str(error)
+    assert trainer.global_step == 2
+
+
+def test_a_scaled_16_mixed_loss_is_compared_with_max_loss_unscaled(tmp_path: Path) -> None:
+    """16-mixed with a gradient scaler hands callbacks the loss times the scale (65536 at first)."""
+    from pytorch_lightning.plugins.precision import MixedPrecision
+
+    class Seen(pl.Callback):
+        def __init__(self) -> None:
+            self.losses: list[float] = []
+
+        def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+            self.losses.append(float(loss))
+
+    torch.manual_seed(0)
+    seen, scaled = Seen(), MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))  # as on a GPU
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, plugins=[scaled],
+                         callbacks=[seen, DivergenceGuard(max_loss=100.0)])
+    trainer.fit(_NanAtStep(bad_step=-1), _loader())
+    assert trainer.global_step == 4  # every loss is below 100 ...
+    assert min(seen.losses) > 100.0  # ... though what the callbacks get is scaled above it
