@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Callback
 
 from modelforge.errors import ConfigError
@@ -59,20 +60,25 @@ class _SigtermAtStep(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _stopped_by_sigterm_at(step: int, cfg: DictConfig, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Train ``cfg`` until a real SIGTERM at ``step`` stops it; the checkpoint it left to resume from."""
+    from modelforge.train import trainer as trainer_module
+
+    callbacks = trainer_module._callbacks
+    monkeypatch.setattr(trainer_module, "_callbacks", lambda *a, **k: [*callbacks(*a, **k), _SigtermAtStep(step)])
+    with pytest.raises(Terminated):
+        train(cfg, run_dir=run_dir)
+    monkeypatch.undo()
+    return run_dir / "checkpoints" / "interrupted.ckpt"
+
+
 @pytest.mark.parametrize("sched", ["onecycle", "none"])
 def test_resume_after_sigterm_mid_epoch_equals_never_stopping(sched: str, tiny_mnist: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     args = (*SAME, f"sched={sched}", "trainer.max_epochs=2")
     train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "one_go")
 
-    from modelforge.train import trainer as trainer_module
-
-    callbacks = trainer_module._callbacks
-    monkeypatch.setattr(trainer_module, "_callbacks", lambda *a, **k: [*callbacks(*a, **k), _SigtermAtStep(6)])
-    with pytest.raises(Terminated):
-        train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "first")
-    monkeypatch.undo()
-    ckpt = tmp_path / "first" / "checkpoints" / "interrupted.ckpt"
+    ckpt = _stopped_by_sigterm_at(6, compose_train(tiny_mnist, *args), tmp_path / "first", monkeypatch)
     assert torch.load(ckpt, weights_only=True)["global_step"] == 6  # 4 batches an epoch: mid-epoch 2
     train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
     assert_same_run(tmp_path / "one_go", tmp_path / "resumed")
@@ -97,14 +103,7 @@ def test_a_mid_epoch_resume_prints_progress_lines(tiny_mnist: Path, tmp_path: Pa
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """Piped output (LineProgress): Lightning skips on_train_epoch_start when it resumes mid-epoch."""
     args = (*SAME, "trainer.max_epochs=2", "trainer.enable_progress_bar=true")  # not a terminal: progress lines
-    from modelforge.train import trainer as trainer_module
-
-    callbacks = trainer_module._callbacks
-    monkeypatch.setattr(trainer_module, "_callbacks", lambda *a, **k: [*callbacks(*a, **k), _SigtermAtStep(6)])
-    with pytest.raises(Terminated):
-        train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "first")
-    monkeypatch.undo()
-    ckpt = tmp_path / "first" / "checkpoints" / "interrupted.ckpt"
+    ckpt = _stopped_by_sigterm_at(6, compose_train(tiny_mnist, *args), tmp_path / "first", monkeypatch)
     with caplog.at_level("INFO", logger="modelforge.train.progress"):
         train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
     lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.train.progress"]
