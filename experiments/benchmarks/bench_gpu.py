@@ -64,15 +64,12 @@ def count_host_syncs(data_dir: str | None, env: Mapping[str, str]) -> list[dict]
     for name, overrides in SYNC_CHECKS.items():
         cmd = [sys.executable, str(Path(__file__).with_name("gpu_host_syncs.py")),
                *([f"--data-dir={data_dir}"] if data_dir else []), *overrides]
-        start = time.perf_counter()
-        result = subprocess.run(cmd, capture_output=True, text=True, env=dict(env))
-        check = {"name": name, "command": " ".join(["python", *cmd[1:]]), "exit": result.returncode,
-                 "command_s": round(time.perf_counter() - start, 2)}
+        check, result = _run(name, cmd, " ".join(["python", *cmd[1:]]), env)
         lines = result.stdout.strip().splitlines()
-        if result.returncode != 0 or not lines:
-            check["error"] = result.stderr.strip()[-1500:]
-        else:
+        if result.returncode == 0 and lines:
             check.update(json.loads(lines[-1]))
+        elif result.returncode == 0:
+            check["error"] = "printed nothing: " + result.stderr.strip()[-1500:]
         checks.append(check)
         print(f"  {name}: exit {check['exit']}, " + (f"{check['syncs']} syncs in {check['steps_checked']} steps"
                                                      if "syncs" in check else check.get("skipped", "see error")),
@@ -93,21 +90,26 @@ def measure(data_dir: str | None, env: Mapping[str, str], accelerator: str = "gp
         target = work / str(i)
         where = f"hydra.sweep.dir={target}" if sweep else f"hydra.run.dir={target}"
         cmd = [sys.executable, "-m", "modelforge", "train", *overrides, *common, where]
-        start = time.perf_counter()
-        result = subprocess.run(cmd, capture_output=True, text=True, env=dict(env))
-        row = {"name": name, "command": " ".join(["python", *cmd[1:-1]]), "exit": result.returncode,
-               "command_s": round(time.perf_counter() - start, 2)}
-        if result.returncode != 0:
-            row["error"] = result.stderr.strip()[-1500:]
-        elif sweep:
+        row, result = _run(name, cmd, " ".join(["python", *cmd[1:-1]]), env)  # shown without the temp dir
+        if result.returncode == 0 and sweep:
             row["jobs"] = [_job(r) for r in csv.DictReader((target / "summary.csv").open())]
-        else:
+        elif result.returncode == 0:
             row.update(_figures(json.loads((target / "metrics.json").read_text())))
         rows.append(row)
         print(f"  {name}: exit {row['exit']}, {row['command_s']:.1f} s"
               + (f", test/acc {row['test_acc']:.4f}, train {row['train_time_s']:.2f} s" if "test_acc" in row else ""),
               flush=True)
     return {"accelerator": accelerator, "device": _device(), "host_syncs": host_syncs, "rows": rows}
+
+
+def _run(name: str, cmd: list[str], shown: str, env: Mapping[str, str]) -> tuple[dict, subprocess.CompletedProcess]:
+    """Run ``cmd``; its row: name, command as shown, exit code, wall time, and the error's end if it failed."""
+    start = time.perf_counter()
+    result = subprocess.run(cmd, capture_output=True, text=True, env=dict(env))
+    row = {"name": name, "command": shown, "exit": result.returncode, "command_s": round(time.perf_counter() - start, 2)}
+    if result.returncode != 0:
+        row["error"] = result.stderr.strip()[-1500:]
+    return row, result
 
 
 def _figures(metrics: Mapping) -> dict:

@@ -22,6 +22,7 @@ from modelforge.train.loggers import build_loggers
 from modelforge.train.progress import progress_bar
 from modelforge.train.run_safety import run_safety_callbacks
 from modelforge.train.trainer_options import check_trainer_options  # noqa: F401 - re-exported
+from modelforge.train.trainer_options import lightning_refusal
 
 
 def default_precision(accelerator: str) -> str:
@@ -73,8 +74,8 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
         # Checkpoints are written by temp file + fsync + rename (a user's plugins come first).
         options["plugins"] = [*_as_list(options.get("plugins")), AtomicCheckpointIO()]
         return pl.Trainer(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks, **options)
-    except (MisconfigurationException, ValueError) as exc:  # Lightning's word on the options
-        raise ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got") from None
+    except (MisconfigurationException, ValueError) as exc:  # e.g. a user's plugin Lightning refuses
+        raise lightning_refusal(exc) from None
 
 
 def _as_list(value: Any) -> list[Any]:

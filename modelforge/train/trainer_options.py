@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import typing
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.config import check_type
 from modelforge.errors import ConfigError, closest_names
@@ -46,14 +49,14 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
     _check_values_with_lightning(options)
 
 
+def lightning_refusal(exc: Exception) -> ConfigError:
+    """Lightning's word on the ``trainer.*`` values, as modelforge's error."""
+    return ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got")
+
+
 def _check_values_with_lightning(options: Mapping[str, Any]) -> None:
     """Lightning's own checks of the values (ranges, combinations such as ``max_epochs=-5``), before
     any run directory exists: a Trainer with nothing to write is built and thrown away (~5 ms)."""
-    import logging
-    import warnings
-
-    from pytorch_lightning.utilities.exceptions import MisconfigurationException
-
     quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
              "enable_model_summary": False}
     lightning_log = logging.getLogger("pytorch_lightning")
@@ -64,6 +67,6 @@ def _check_values_with_lightning(options: Mapping[str, Any]) -> None:
             warnings.simplefilter("ignore")
             pl.Trainer(**{**options, **quiet})
     except (MisconfigurationException, ValueError) as exc:
-        raise ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got") from None
+        raise lightning_refusal(exc) from None
     finally:
         lightning_log.setLevel(level)
