@@ -6,22 +6,44 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from torch import nn
+
 from modelforge.errors import ConfigError, closest_names
 
 
-def accepted_kwargs(factory: Callable) -> list[str] | None:
-    """Keyword names ``factory`` takes, or None when it takes ``**kwargs``."""
+def _named_params(func: Callable) -> tuple[list[str], bool] | None:
+    """(keyword names, takes **kwargs) of ``func``, or None when it has no signature."""
     try:
-        params = inspect.signature(factory).parameters.values()
+        params = inspect.signature(func).parameters.values()
     except (TypeError, ValueError):  # some builtins have no signature
         return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return [
-        p.name
-        for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
+    names = [p.name for p in params
+             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    return names, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def accepted_kwargs(factory: Callable) -> list[str] | None:
+    """Keyword names ``factory`` takes, or None when it takes ``**kwargs`` that cannot be followed.
+
+    A class whose ``__init__`` passes ``**kwargs`` on to its base (``nn.LSTM`` to ``nn.RNNBase``)
+    takes the base's names too, up to a base that names all of its own.
+    """
+    if not isinstance(factory, type):
+        found = _named_params(factory)
+        return None if found is None or found[1] else found[0]
+    names: list[str] = []
+    for cls in factory.__mro__:
+        if "__init__" not in vars(cls):
+            continue
+        if cls in (object, nn.Module):
+            return None  # reached the root with **kwargs still open
+        found = _named_params(cls.__init__)
+        if found is None:
+            return None
+        names += [n for n in found[0] if n != "self" and n not in names]
+        if not found[1]:
+            return names
+    return None
 
 
 def check_kwargs(factory: Callable, kwargs: Mapping[str, Any], path: str, what: str) -> None:

@@ -9,24 +9,31 @@ so a config or a checkpoint can never run code of its choosing.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from torch import nn
 
-from modelforge.errors import ConfigError, closest_names
+from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.layers.kwargs import accepted_kwargs
 from modelforge.registry import BLOCKS
 
 TORCH_NN_PREFIXES = ("torch.nn.", "nn.")
 
-# Width arguments filled from the incoming shape (batch first) when a node leaves them out.
-WIDTH_ARGS: dict[str, Callable[[Sequence[int]], Any]] = {
-    "in_channels": lambda shape: shape[1],
-    "num_features": lambda shape: shape[1],  # BatchNorm*d, InstanceNorm*d
-    "num_channels": lambda shape: shape[1],  # GroupNorm
-    "in_features": lambda shape: shape[-1],
-    "normalized_shape": lambda shape: list(shape[1:]),  # LayerNorm over all but the batch dim
+# Width arguments filled from the incoming shapes (batch first) when a node leaves them out:
+# (which input, the rule, the least number of dimensions the rule needs).
+WIDTH_ARGS: dict[str, tuple[int, Callable[[Sequence[int]], Any], int]] = {
+    "in_channels": (0, lambda shape: shape[1], 2),
+    "num_features": (0, lambda shape: shape[1], 2),  # BatchNorm*d, InstanceNorm*d
+    "num_channels": (0, lambda shape: shape[1], 2),  # GroupNorm
+    "in_features": (0, lambda shape: shape[-1], 1),
+    "normalized_shape": (0, lambda shape: list(shape[1:]), 2),  # LayerNorm over all but the batch dim
+    "input_size": (0, lambda shape: shape[-1], 2),  # RNN, LSTM, GRU (batch_first or not: the last dim)
+    "embed_dim": (0, lambda shape: shape[-1], 2),  # MultiheadAttention
+    "d_model": (0, lambda shape: shape[-1], 2),  # TransformerEncoderLayer, TransformerDecoderLayer
+    "num_tokens": (0, lambda shape: shape[1], 3),  # position_embedding over [B, L, D]
+    "in1_features": (0, lambda shape: shape[-1], 1),  # Bilinear's two inputs
+    "in2_features": (1, lambda shape: shape[-1], 1),
 }
 
 
@@ -38,8 +45,10 @@ def torch_nn_modules() -> list[str]:
     )
 
 
-def resolve_block(name: Any, path: str) -> Callable[..., nn.Module]:
+def resolve_block(name: Any, path: str, composites: Collection[str] = ()) -> Callable[..., nn.Module]:
     """The factory a node's ``block`` names: a registered block or ``nn.X`` / ``torch.nn.X``.
+
+    ``composites``: names of the model's composite blocks, offered in the error for an unknown name.
 
     Raises:
         ConfigError: at ``path`` for a dotted name outside ``torch.nn``;
@@ -59,6 +68,10 @@ def resolve_block(name: Any, path: str) -> Callable[..., nn.Module]:
         if name not in BLOCKS.names() and f"nn.{name}" in torch_nn_modules():
             raise ConfigError(path, f"unknown block {name!r}", suggestions=[f"nn.{name}"],
                               allowed=[*BLOCKS.names(), "nn.<any torch.nn module>"])
+        if name not in BLOCKS and composites:
+            BLOCKS.names()  # loads plugins, which may register the name
+            if name not in BLOCKS:
+                raise UnknownNameError("block", name, [*BLOCKS.names(), *composites], path=path)
         return BLOCKS.get(name, path=path)
     attr = name[len(prefix):]
     obj = getattr(nn, attr, None) if attr.isidentifier() else None
@@ -73,12 +86,12 @@ def resolve_block(name: Any, path: str) -> Callable[..., nn.Module]:
     return obj
 
 
-def infer_widths(factory: Callable, args: dict[str, Any], shape: Sequence[int]) -> dict[str, Any]:
-    """``args`` with the width arguments ``factory`` takes and the node left out filled from ``shape``."""
+def infer_widths(factory: Callable, args: dict[str, Any], shapes: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """``args`` with the width arguments ``factory`` takes and the node left out filled from ``shapes``
+    (one per input)."""
     accepted = accepted_kwargs(factory) or []
     filled = dict(args)
-    for key, from_shape in WIDTH_ARGS.items():
-        if key in accepted and key not in filled and (key == "in_features" or len(shape) > 1):
-            filled[key] = from_shape(list(shape))
+    for key, (which, from_shape, min_dims) in WIDTH_ARGS.items():
+        if key in accepted and key not in filled and which < len(shapes) and len(shapes[which]) >= min_dims:
+            filled[key] = from_shape(list(shapes[which]))
     return filled
-

@@ -20,7 +20,7 @@ def test_shipped_residual_example_builds_and_runs() -> None:
     model = build_model(REPO / "conf" / "model" / "graph.yaml")
     assert isinstance(model, GraphModel)
     assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
-    assert model.inputs["skip1"] == ["stem", "res1b"]
+    assert model.nodes.wiring["skip1"] == [("stem", ()), ("res1b", ())]
 
 
 def test_skip_connection_adds_the_right_tensors() -> None:

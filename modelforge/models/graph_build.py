@@ -1,0 +1,292 @@
+"""The dynamic half of the model language: a checked node table becomes modules.
+
+Nodes are built in order, each from the real outputs of the nodes before it (a
+dry run of a batch of two zeros), so widths are inferred from shapes and every
+shape problem is found while building, naming the node. A composite block is
+built by the same code as the model's own table, one level down: no special
+path for widths, repeats, names or errors. Each node is built and run once, so
+building is linear in the number of nodes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from modelforge.config import require_positive
+from modelforge.errors import ConfigError, ModelforgeError, closest_names
+from modelforge.flops import counts_from_children
+from modelforge.layers.blocks import MERGE_BLOCKS
+from modelforge.layers.expressions import evaluate, resolve_args
+from modelforge.layers.kwargs import check_kwargs
+from modelforge.layers.torch_nn import infer_widths, resolve_block
+from modelforge.models.graph_spec import INPUT, REQUIRED, Composite, NodeConfig, NodeTable, Ref
+from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale
+from modelforge.summary import describe_output
+
+Source = tuple[str, tuple[int, ...]]  # a node (or "input") and the indices into its output
+
+
+def source_label(source: Source, n_inputs: int = 1) -> str:
+    """``stem``, ``lstm.0``, ``input`` (the only input), ``input.1``; a repeated node's last copy reads as itself."""
+    node, index = source
+    if index[:1] == (-1,) or (node == INPUT and n_inputs == 1 and index[:1] == (0,)):
+        index = index[1:]
+    return ".".join([node, *map(str, index)])
+
+
+def _pick(values: Mapping[str, Any], source: Source) -> Any:
+    value = values[source[0]]
+    for i in source[1]:
+        value = value[i]
+    return value
+
+
+@counts_from_children
+class Graph(nn.ModuleDict):
+    """Runs its nodes in order, each on the outputs its ``wiring`` names; a composite block is one."""
+
+    def __init__(self, nodes: dict[str, nn.Module], wiring: dict[str, list[Source]], output: list[Source],
+                 several_outputs: bool = False, block: str = "graph", n_inputs: int = 1) -> None:
+        super().__init__(nodes)
+        self.wiring = wiring
+        self.output = output
+        self.several_outputs = several_outputs
+        self.block = block
+        self.n_inputs = n_inputs
+
+    def forward(self, *inputs: Any) -> Any:
+        values: dict[str, Any] = {INPUT: inputs}
+        for name, node in self.items():
+            values[name] = node(*[_pick(values, source) for source in self.wiring[name]])
+        if self.several_outputs:
+            return tuple(_pick(values, source) for source in self.output)
+        return _pick(values, self.output[0])
+
+    def extra_repr(self) -> str:
+        def label(source: Source) -> str:
+            return source_label(source, self.n_inputs)
+
+        edges = ", ".join(f"{n} <- {'+'.join(map(label, s))}" for n, s in self.wiring.items())
+        return f"block={self.block}, output={'+'.join(map(label, self.output))}, edges: {edges}"
+
+
+@counts_from_children
+class Repeat(nn.Sequential):
+    """Copies of one block, chained; ``keep_all`` returns every copy's output (read as ``node.i``)."""
+
+    def __init__(self, copies: list[nn.Module], keep_all: bool = False) -> None:
+        super().__init__(*copies)
+        self.keep_all = keep_all
+
+    def forward(self, x: Tensor) -> Any:
+        outputs = []
+        for copy in self:
+            x = copy(x)
+            outputs.append(x)
+        return tuple(outputs) if self.keep_all else x
+
+
+def _describe(sources: list[Source], values: list[Any], n_inputs: int) -> str:
+    return ", ".join(f"{source_label(s, n_inputs)} {describe_output(v)}" for s, v in zip(sources, values))
+
+
+def _max_inputs(block: nn.Module) -> int | None:
+    """How many tensors ``block.forward`` takes at most (None: any number)."""
+    try:
+        params = list(inspect.signature(block.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+def _check_merge(name: str, block: nn.Module, described: str, shapes: list[torch.Size], path: str) -> None:
+    dim = getattr(block, "dim", None)
+    for shape in shapes[1:]:
+        a, b = list(shapes[0]), list(shape)
+        if dim is not None and len(a) == len(b):
+            a.pop(dim), b.pop(dim)
+        if a != b:
+            how = "add" if dim is None else f"concatenate along dim {dim}"
+            raise ConfigError(path, f"node {name!r} cannot {how} inputs of shapes {described}")
+
+
+class GraphBuilder:
+    """Builds node tables with the model's composites and scale; one builder per model."""
+
+    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY) -> None:
+        self.composites = composites
+        self.scale = scale
+        self._n_inputs = 1  # of the table being built, for labels in messages
+
+    def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
+              top: bool = False, block: str = "graph") -> tuple[Graph, Any]:
+        """The table as a :class:`Graph`, and its output on ``inputs`` (the dry run)."""
+        keep_all = table.repeated_parts_read()
+        outer_n_inputs, self._n_inputs = self._n_inputs, len(inputs)
+        try:
+            return self._build(table, inputs, names, keep_all, top, block)
+        finally:
+            self._n_inputs = outer_n_inputs
+
+    def _build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], keep_all: set[str],
+               top: bool, block: str) -> tuple[Graph, Any]:
+        values: dict[str, Any] = {INPUT: inputs}
+        skipped: dict[str, Source] = {}
+        modules: dict[str, nn.Module] = {}
+        wiring: dict[str, list[Source]] = {}
+        for name in table.order:
+            node = table.nodes[name]
+            node_path = f"{table.path}.nodes.{name}"
+            sources = [s for i, ref in enumerate(table.inputs[name])
+                       for s in self._sources(ref, values, skipped, keep_all, f"{node_path}.inputs[{i}]")]
+            if node.when is not None and not self._condition(node, names, node_path):
+                skipped[name] = sources[0]  # a node whose condition is false passes its first input on
+                continue
+            module, values[name] = self._node(name, node, sources, [_pick(values, s) for s in sources],
+                                              names, top, name in keep_all, node_path)
+            modules[name] = module
+            wiring[name] = sources
+        output = [s for i, ref in enumerate(table.output)
+                  for s in self._sources(ref, values, skipped, keep_all, f"{table.path}.output")]
+        graph = Graph(modules, wiring, output, table.several_outputs, block, len(inputs))
+        result = tuple(_pick(values, s) for s in output) if table.several_outputs else _pick(values, output[0])
+        return graph, result
+
+    def _sources(self, ref: Ref, values: Mapping[str, Any], skipped: Mapping[str, Source],
+                 keep_all: set[str], path: str) -> list[Source]:
+        """Where a reference reads from, with skipped nodes followed and ``node.*`` expanded."""
+        if ref.node in skipped:
+            node, index = skipped[ref.node]
+        elif ref.node == INPUT and not ref.index and not ref.every:
+            n = len(values[INPUT])
+            if n != 1:
+                raise ConfigError(path, f"this block has {n} inputs; read one: " +
+                                  ", ".join(f"input.{i}" for i in range(n)))
+            node, index = INPUT, (0,)
+        elif ref.node in keep_all and not ref.index and not ref.every:
+            node, index = ref.node, (-1,)  # a repeated node read whole: its last copy
+        else:
+            node, index = ref.node, ()
+        index = index + ref.index
+        try:
+            value = _pick(values, (node, index))
+        except (IndexError, TypeError):
+            value = values[node]
+            parts = f"{len(value)} parts" if isinstance(value, (tuple, list)) else "one tensor, not parts"
+            raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives {parts}") from None
+        if not ref.every:
+            return [(node, index)]
+        if not isinstance(value, (tuple, list)):
+            raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives one tensor, not parts")
+        return [(node, index + (i,)) for i in range(len(value))]
+
+    @staticmethod
+    def _condition(node: NodeConfig, names: Mapping[str, Any], path: str) -> bool:
+        return bool(node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when"))
+
+    def _repeats(self, node: NodeConfig, names: Mapping[str, Any], top: bool, path: str) -> int | None:
+        if node.repeat is None:
+            return None
+        count = evaluate(node.repeat, names, f"{path}.repeat") if isinstance(node.repeat, str) else node.repeat
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise ConfigError(f"{path}.repeat", f"expected a whole number of copies, got {count!r}")
+        require_positive(count, f"{path}.repeat")
+        return self.scale.repeats(count) if top else count
+
+    def _node(self, name: str, node: NodeConfig, sources: list[Source], inputs: list[Any],
+              names: Mapping[str, Any], top: bool, keep_all: bool, path: str) -> tuple[nn.Module, Any]:
+        """One node: a block, or ``repeat`` chained copies of it; its module and its dry-run output."""
+        composite = self.composites.get(node.block)
+        factory = None
+        if composite is None:
+            factory = resolve_block(node.block, f"{path}.block")
+            check_kwargs(factory, node.args, f"{path}.args", f"block {node.block!r}")
+        count = self._repeats(node, names, top, path)
+        if count is not None and len(inputs) != 1:
+            raise ConfigError(f"{path}.repeat", f"node {name!r} reads {len(inputs)} inputs; only a one-input node repeats")
+        fixed_args: dict[str, Any] = {}
+        if composite is not None and composite.config.repeats and count is not None:
+            fixed_args[composite.config.repeats] = count  # the count goes inside (C2f's bottlenecks)
+            count = None
+        copies, outputs = [], []
+        for i in range(count or 1):
+            scope = {**names, "index": i} if count is not None else names
+            args = {**resolve_args(node.args, scope, f"{path}.args"), **fixed_args}
+            if top and isinstance(args.get(WIDTH_ARG), int):
+                args[WIDTH_ARG] = self.scale.channels(args[WIDTH_ARG])
+            copy_path = f"{path}[{i}]" if count is not None else path
+            if composite is not None:
+                module, out = self._composite(composite, args, inputs, copy_path)
+            else:
+                module, out = self._block(name, node.block, factory, args, sources, inputs, path)
+            if count is not None and i + 1 < count and not isinstance(out, Tensor):
+                raise ConfigError(f"{path}.repeat", f"node {name!r} returns {describe_output(out)}; "
+                                  "only a block that returns one tensor chains into copies of itself")
+            copies.append(module)
+            outputs.append(out)
+            inputs, sources = [out], [(name, ())]
+        if count is None:
+            return copies[0], outputs[0]
+        return Repeat(copies, keep_all), tuple(outputs) if keep_all else outputs[-1]
+
+    def _block(self, name: str, block_name: str, factory: Any, args: dict[str, Any], sources: list[Source],
+               inputs: list[Any], path: str) -> tuple[nn.Module, Any]:
+        described = _describe(sources, inputs, self._n_inputs)
+        shapes = [x.shape if isinstance(x, Tensor) else () for x in inputs]
+        try:
+            block = factory(**infer_widths(factory, args, shapes))
+        except (ModelforgeError, TypeError, ValueError, RuntimeError, AssertionError) as exc:  # torch.nn's own checks
+            problem = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(path, f"node {name!r} ({block_name}): {problem}") from None
+        if isinstance(block, MERGE_BLOCKS):
+            _check_merge(name, block, described, shapes, path)
+        else:
+            most = _max_inputs(block)
+            if most is not None and len(inputs) > most:
+                raise ConfigError(f"{path}.inputs",
+                                  f"block {block_name!r} takes {'one input' if most == 1 else f'{most} inputs'}, "
+                                  f"got {len(inputs)}", hint="merge several inputs with an 'add' or 'concat' node")
+        try:
+            with torch.no_grad():
+                out = block.eval()(*inputs)
+        except (RuntimeError, TypeError, ValueError, IndexError, AssertionError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            tuples = [source_label(s, self._n_inputs) for s, x in zip(sources, inputs) if isinstance(x, tuple)]
+            hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
+            raise ConfigError(path, f"node {name!r} ({block_name}) does not fit its input {described}: {first}",
+                              hint=hint) from None
+        return block.train(), out
+
+    def _composite(self, composite: Composite, args: dict[str, Any], inputs: list[Any],
+                   use_path: str) -> tuple[Graph, Any]:
+        params = composite.config.params
+        for key in args:
+            if key not in params:
+                raise ConfigError(f"{use_path}.args.{key}", f"composite block {composite.name!r} has no parameter {key!r}",
+                                  allowed=list(params) or "no parameters", suggestions=closest_names(key, params))
+        first = inputs[0] if inputs and isinstance(inputs[0], Tensor) else None
+        scope: dict[str, Any] = {}
+        if first is not None and first.dim() >= 2:
+            scope["in_channels"] = first.shape[1]
+        if first is not None:
+            scope["in_features"] = first.shape[-1]
+        for key, default in params.items():  # a default may be an expression of the parameters before it
+            if key in args:
+                scope[key] = args[key]
+            elif default == REQUIRED:
+                raise ConfigError(f"{use_path}.args.{key}", f"missing: composite block {composite.name!r} needs {key!r}",
+                                  hint=f"its parameters: {', '.join(f'{k}={v}' for k, v in params.items())}")
+            else:
+                scope[key] = resolve_args(default, scope, f"{composite.path}.params.{key}")
+        try:
+            return self.build(composite.table, tuple(inputs), scope, block=composite.name)
+        except ConfigError as exc:
+            raise ConfigError(exc.path, f"{exc.problem} [in {use_path}]", allowed=exc.allowed,
+                              suggestions=exc.suggestions, hint=exc.hint) from None
