@@ -6,7 +6,7 @@ imports Lightning: building a model needs torch, omegaconf and nothing else.
 """
 
 from modelforge import builtin_names, hooks, layers, models, optim  # noqa: F401 - these imports register the built-ins
-from modelforge.build import build_model, model_config_from_run, validate_model_config
+from modelforge.build import build_model, create_model, model_config_from_run, validate_model_config
 from modelforge.errors import CheckpointError, ConfigError, DataError, ModelforgeError, UnknownNameError
 from modelforge.hooks import build_hook_plugins
 from modelforge.layers import ConvBlock, LinearBlock, initialize, make_activation
@@ -50,6 +50,7 @@ __all__ = [
     "UnknownNameError",
     "build_hook_plugins",
     "build_model",
+    "create_model",
     "format_summary",
     "initialize",
     "make_activation",

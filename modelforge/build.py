@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,46 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
         plain = dict(plain["model"])
     plain = drop_signature_defaults(plain, str(cfg) if isinstance(cfg, (str, Path)) else "model")
     return build_checked_model(validate_model_config(plain), seed=seed)
+
+
+def create_model(
+    name: str,
+    overrides: Sequence[str] = (),
+    *,
+    config_dir: str | Path | None = None,
+    seed: int | None = None,
+) -> nn.Module:
+    """Build a model config by name, composed by Hydra as ``model=<name>`` is on the command line.
+
+    ``create_model("resnet18")``, ``create_model("yolov8_cls", ["scale=s", "n_classes=1000"])``:
+    ``overrides`` are keys of the model config. ``config_dir``: a folder of your own configs
+    (``model/``, ``blocks/``), searched before the shipped ones, as ``--config-dir`` is.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from modelforge.paths import conf_dir
+
+    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir is not None else []
+    was_initialized = GlobalHydra.instance().is_initialized()
+    saved = GlobalHydra.instance().hydra if was_initialized else None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            cfg = compose("summary", overrides=[f"model={name}", *extra, *(f"model.{o}" for o in overrides)])
+    except (HydraException, OmegaConfBaseException) as exc:
+        from modelforge.paths import config_groups
+
+        models = config_groups().get("model", [])
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError("model", f"cannot compose model {name!r}: {first}",
+                          suggestions=closest_names(name, models)) from None
+    finally:
+        if saved is not None:
+            GlobalHydra.instance().initialize(saved)
+    return build_model(model_config_from_run(cfg), seed=seed)
 
 
 def build_checked_model(checked: Any, *, seed: int | None = None) -> nn.Module:
