@@ -67,6 +67,10 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
     plain = load_config(cfg)
     if "name" not in plain and isinstance(plain.get("model"), Mapping):
         plain = dict(plain["model"])
+    if isinstance(cfg, (str, Path)) and _needs_composing(plain) and Path(cfg).parent.name == "model":
+        # a model file of a config folder whose defaults take blocks/ or another model file: Hydra composes it
+        path = Path(cfg).resolve()
+        return create_model(path.stem, config_dir=path.parent.parent, seed=seed)
     plain = drop_signature_defaults(plain, str(cfg) if isinstance(cfg, (str, Path)) else "model")
     return build_checked_model(validate_model_config(plain), seed=seed)
 
@@ -126,6 +130,12 @@ def build_checked_model(checked: Any, *, seed: int | None = None) -> nn.Module:
         model = factory(**values)
         initialize(model, init)  # models that take `init` applied it themselves
     return model
+
+
+def _needs_composing(cfg: Mapping[str, Any]) -> bool:
+    name = cfg.get("name")
+    own = {"_self_", f"{DEFAULTS_GROUP}/{name}@_here_", f"/{DEFAULTS_GROUP}/{name}@_here_"}
+    return any(d not in own for d in cfg.get("defaults") or [])
 
 
 def drop_signature_defaults(cfg: dict[str, Any], where: str) -> dict[str, Any]:

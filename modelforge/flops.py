@@ -9,6 +9,11 @@ CNN they are well under 1% of the total. Figures are per sample: one forward
 of ``batch_size`` zeros, divided by ``batch_size``. Importing this module loads
 neither Lightning nor Hydra.
 
+Two layers are counted by formula because ``FlopCounterMode`` sees their fused CPU
+kernels as 0: ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (the gates' matrix products at every step)
+and ``nn.MultiheadAttention`` (projections, scores and weighted sum, as its unfused path
+counts them when gradients are on).
+
 Why two ways of counting: entering ``FlopCounterMode`` imports ``torch._dynamo``
 (1.5-2 s, more than ``import torch`` itself), which every ``summary`` and every
 run's model line would pay. A model built only of layers whose count is known
@@ -54,7 +59,37 @@ def counts_from_children(cls: type) -> type:
 
 def _countable(module: nn.Module) -> bool:
     kind = type(module)  # exact type: a subclass may override forward
-    return kind in _ZERO or kind in _CONVS or kind is nn.Linear or kind.__dict__.get("_macs_from_children", False)
+    if kind in _RNN_GATES:  # by formula, for plain tensor inputs (not packed sequences, not projections)
+        return not module.proj_size
+    return (kind in _ZERO or kind in _CONVS or kind in (nn.Linear, nn.MultiheadAttention)
+            or kind is nn.modules.linear.NonDynamicallyQuantizableLinear  # MultiheadAttention's out_proj
+            or kind.__dict__.get("_macs_from_children", False))
+
+
+_RNN_GATES = {nn.RNN: 1, nn.GRU: 3, nn.LSTM: 4}
+
+
+def _rnn_macs(module: nn.RNNBase, x: torch.Tensor) -> int:
+    """Gate matrix products of every step, layer and direction (FlopCounterMode sees the fused
+    CPU kernel as 0): per step, gates * hidden * (layer input + hidden)."""
+    steps_times_batch = x.shape[0] * x.shape[1] if x.dim() == 3 else x.shape[0]
+    directions = 2 if module.bidirectional else 1
+    per_step, width = 0, module.input_size
+    for _ in range(module.num_layers):
+        per_step += directions * _RNN_GATES[type(module)] * module.hidden_size * (width + module.hidden_size)
+        width = module.hidden_size * directions
+    return steps_times_batch * per_step
+
+
+def _attention_macs(module: nn.MultiheadAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
+    """Input projections, scores, weighted sum and output projection, as the unfused path's
+    linear and matmul kernels count (the eval fast path's fused kernel counts 0 in FlopCounterMode)."""
+    if not module.batch_first:
+        q, k, v = (t.transpose(0, 1) if t.dim() == 3 else t for t in (q, k, v))
+    batch, length, embed = (q.shape if q.dim() == 3 else (1, *q.shape))
+    source = k.shape[-2]
+    projections = length * embed * embed + source * (module.kdim + module.vdim) * embed + length * embed * embed
+    return batch * (projections + 2 * length * source * embed)
 
 
 def _layer_macs(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> int:
@@ -62,6 +97,10 @@ def _layer_macs(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> int:
         return output.numel() * (module.in_channels // module.groups) * math.prod(module.kernel_size)
     if isinstance(module, nn.Linear):
         return inputs[0].numel() * module.out_features
+    if type(module) in _RNN_GATES:
+        return _rnn_macs(module, inputs[0])
+    if type(module) is nn.MultiheadAttention:
+        return _attention_macs(module, *inputs[:3])
     return 0
 
 

@@ -22,6 +22,7 @@ class LayerRow:
     params: int
     buffers: int
     macs: int = 0  # per sample, this module and its children (see modelforge.flops)
+    composite: bool = False  # a composite block's instance: its parts are shown only when expanded
 
 
 def describe_output(output: Any) -> str:
@@ -60,18 +61,35 @@ def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 
             LayerRow(
                 name=name or "(model)",
                 depth=name.count(".") + 1 if name else 0,
-                kind=type(module).__name__,
+                kind=getattr(module, "composite_name", None) or type(module).__name__,
                 output_shape=shapes.get(name, "-"),
                 params=sum(p.numel() for p in module.parameters()),
                 buffers=sum(b.numel() for b in module.buffers()),
                 macs=macs.get(name, 0),
+                composite=getattr(module, "composite_name", None) is not None,
             )
         )
     return rows
 
 
-def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[int, ...]) -> str:
-    """Render summary rows as an indented table with the totals at the end."""
+def _collapsed(rows: list[LayerRow]) -> list[LayerRow]:
+    """The rows without the parts of composite blocks (each composite stays one row)."""
+    kept, inside = [], None
+    for row in rows:
+        if inside is not None and row.name.startswith(inside):
+            continue
+        inside = row.name + "." if row.composite else None
+        kept.append(row)
+    return kept
+
+
+def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[int, ...], expand: bool = False) -> str:
+    """Render summary rows as an indented table with the totals at the end.
+
+    A composite block is one row (its block name as the type) unless ``expand``.
+    """
+    composites = any(r.composite for r in rows)
+    rows = rows if expand else _collapsed(rows)
     header = ("Layer", "Type", "Output shape", "Params", "Buffers", "MACs")
     # Full dotted names, indented by depth: they are what hook targets (layers=[...]) match.
     table = [(("  " * r.depth) + r.name, r.kind, r.output_shape,
@@ -94,6 +112,8 @@ def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[in
         f"Params + buffers size: {size_mb:.2f} MB",
         f"Total MACs: {rows[0].macs:,} per sample ({format_macs(rows[0].macs)}; FLOPs/{FLOPS_PER_MAC} of "
         "convolutions and matrix products; norms, activations, pooling and biases count 0)",
+        *([] if expand or not composites else
+          ["Composite blocks are one row each; summary.expand=true lists their parts"]),
         f"Total params: {total:,}",
     ])
 

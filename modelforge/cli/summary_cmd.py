@@ -29,7 +29,7 @@ def summary_task(cfg: DictConfig) -> None:
             handle.remove()
     print(model)
     print()
-    print(format_summary(model, rows, model.input_shape))
+    print(format_summary(model, rows, model.input_shape, expand=bool((cfg.get("summary") or {}).get("expand"))))
     if graph:  # summary.graph=model.svg: a picture of the module graph, skips drawn as arcs
         from modelforge.model_graph import draw_model_graph
 

@@ -18,7 +18,7 @@ from modelforge.registry import BLOCKS
 @BLOCKS.register("chunk")
 @counts_from_children
 class Chunk(nn.Module):
-    """Split into ``chunks`` equal parts along ``dim`` (a tuple: read them as node.0, node.1, ...)."""
+    """Split into `chunks` equal parts along `dim`; a tuple, read as node.0, node.1, ..."""
 
     def __init__(self, chunks: int = 2, dim: int = 1) -> None:
         super().__init__()
@@ -34,7 +34,7 @@ class Chunk(nn.Module):
 @BLOCKS.register("split")
 @counts_from_children
 class Split(nn.Module):
-    """Split along ``dim`` into parts of the given sizes (a tuple: node.0, node.1, ...)."""
+    """Split along `dim` into parts of the given `sizes`; a tuple, read as node.0, node.1, ..."""
 
     def __init__(self, sizes: list[int], dim: int = 1) -> None:
         super().__init__()
@@ -50,7 +50,7 @@ class Split(nn.Module):
 @BLOCKS.register("select")
 @counts_from_children
 class Select(nn.Module):
-    """Take one ``index`` along ``dim``, dropping that dimension (a sequence's last step: dim 1, index -1)."""
+    """Take one `index` along `dim`, dropping that dimension (last step of a sequence: index -1)"""
 
     def __init__(self, index: int = 0, dim: int = 1) -> None:
         super().__init__()

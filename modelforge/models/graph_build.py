@@ -59,6 +59,11 @@ class Graph(nn.ModuleDict):
         self.block = block
         self.n_inputs = n_inputs
 
+    @property
+    def composite_name(self) -> str | None:
+        """The composite block this graph is an instance of (None for a model's own nodes)."""
+        return None if self.block == "graph" else self.block
+
     def forward(self, *inputs: Any) -> Any:
         values: dict[str, Any] = {INPUT: inputs}
         for name, node in self.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_help_names_commands_and_config_groups(run_main) -> None:
     result = run_main("--help")
     assert result.returncode == 0
-    for word in ("train", "eval", "summary", "list", "model", "cnn, graph, graph_nn, mlp, seed_cnn", "optim", "hooks"):
+    for word in ("train", "eval", "summary", "list", "model", "cnn, graph, graph_nn, lenet5, lstm, mlp, resnet18, resnet34, seed_cnn, vit_tiny, yolov8_cls", "optim", "hooks"):
         assert word in result.stdout
     groups = [line.split()[0] for line in result.stdout.split("config groups")[1].splitlines()[1:] if line.strip()]
     assert "hydra" not in groups  # conf/hydra only extends Hydra's own groups
