@@ -228,7 +228,7 @@ class GraphBuilder:
                 args[WIDTH_ARG] = self.scale.channels(args[WIDTH_ARG])
             copy_path = f"{path}[{i}]" if count is not None else path
             if composite is not None:
-                module, out = self._composite(composite, args, inputs, copy_path)
+                module, out = self._composite(composite, args, inputs, path, copy_path)
             else:
                 module, out = self._block(name, node.block, factory, args, sources, inputs, path)
             if count is not None and i + 1 < count and not isinstance(out, Tensor):
@@ -261,7 +261,7 @@ class GraphBuilder:
         try:
             with torch.no_grad():
                 out = block.eval()(*inputs)
-        except (RuntimeError, TypeError, ValueError, IndexError, AssertionError) as exc:
+        except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, AssertionError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             tuples = [source_label(s, self._n_inputs) for s, x in zip(sources, inputs) if isinstance(x, tuple)]
             hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
@@ -269,12 +269,13 @@ class GraphBuilder:
                               hint=hint) from None
         return block.train(), out
 
-    def _composite(self, composite: Composite, args: dict[str, Any], inputs: list[Any],
+    def _composite(self, composite: Composite, args: dict[str, Any], inputs: list[Any], node_path: str,
                    use_path: str) -> tuple[Graph, Any]:
+        """An instance of ``composite`` for the node at ``node_path`` (``use_path``: which copy)."""
         params = composite.config.params
         for key in args:
             if key not in params:
-                raise ConfigError(f"{use_path}.args.{key}", f"composite block {composite.name!r} has no parameter {key!r}",
+                raise ConfigError(f"{node_path}.args.{key}", f"composite block {composite.name!r} has no parameter {key!r}",
                                   allowed=list(params) or "no parameters", suggestions=closest_names(key, params))
         first = inputs[0] if inputs and isinstance(inputs[0], Tensor) else None
         scope: dict[str, Any] = {}
@@ -286,7 +287,7 @@ class GraphBuilder:
             if key in args:
                 scope[key] = args[key]
             elif default == REQUIRED:
-                raise ConfigError(f"{use_path}.args.{key}", f"missing: composite block {composite.name!r} needs {key!r}",
+                raise ConfigError(f"{node_path}.args.{key}", f"missing: composite block {composite.name!r} needs {key!r}",
                                   hint=f"its parameters: {', '.join(f'{k}={v}' for k, v in params.items())}")
             else:
                 scope[key] = resolve_args(default, scope, f"{composite.path}.params.{key}")

@@ -1,0 +1,82 @@
+"""A composite block of the user's own, in a --config-dir blocks/ file, used as a user would."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.data_helpers import write_mnist_idx
+
+pytestmark = pytest.mark.e2e
+
+BLOCKS = """\
+resunit:
+  description: conv, conv and the input added back
+  params: {width: '???', kernel: 3}
+  nodes:
+    conv1: {block: conv, args: {out_channels: width, kernel_size: kernel}}
+    conv2: {block: conv, args: {out_channels: width, kernel_size: kernel, activation: null}}
+    add:   {block: add, inputs: [input, conv2]}
+"""
+
+MODEL = """\
+defaults:
+  - /blocks/mine@blocks
+  - _self_
+name: graph
+nodes:
+  stem: {block: conv, args: {out_channels: 8, pool: max}}
+  body: {block: resunit, args: {width: 8}, repeat: 3}
+  gap:  {block: global_avg_pool}
+  flat: {block: flatten}
+  head: {block: nn.Linear, args: {out_features: n_classes}}
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("composite_project")
+    (root / "configs" / "model").mkdir(parents=True)
+    (root / "configs" / "blocks").mkdir()
+    (root / "configs" / "blocks" / "mine.yaml").write_text(BLOCKS)
+    (root / "configs" / "model" / "resnetish.yaml").write_text(MODEL)
+    (root / "configs" / "model" / "typo.yaml").write_text(MODEL.replace("{width: 8}", "{widht: 8}"))
+    write_mnist_idx(root / "mnist", n_train=96, n_test=32)
+    return root
+
+
+def test_list_and_summary_show_the_users_composite(project: Path) -> None:
+    listed = run_cli("list", "blocks", "res*", "--config-dir", "configs", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    assert re.search(r"resunit\(width, kernel=3\)\s+conv, conv and the input added back \[blocks/mine.yaml\]",
+                     listed.stdout), listed.stdout
+    summary = run_cli("summary", "--config-dir", "configs", "model=resnetish", cwd=project)
+    assert summary.returncode == 0, summary.stderr
+    assert re.search(r"nodes\.body\.2\s+resunit\s+\[2, 8, 14, 14\]\s+1,200", summary.stdout), summary.stdout
+    assert "nodes.body.2.conv1" not in summary.stdout.split("Input shape")[1]  # one row per composite
+    expanded = run_cli("summary", "--config-dir", "configs", "model=resnetish", "summary.expand=true", cwd=project)
+    assert "nodes.body.2.conv1.conv" in expanded.stdout.split("Input shape")[1]
+
+
+def test_it_trains_and_feature_capture_reaches_its_inner_layers(project: Path) -> None:
+    result = run_cli(
+        "train", "--config-dir", "configs", "model=resnetish", "trainer.fast_dev_run=true", "data.val_size=32",
+        "data.verify=false", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false",
+        "hooks=[feature_capture]", "hooks.feature_capture.layers=['nodes.body.1.*']",
+        "hooks.feature_capture.save_images=true", "hydra.run.dir=run",
+        cwd=project, env={"MODELFORGE_DATA": str(project / "mnist")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    images = sorted(p.name for p in (project / "run" / "features").glob("*.png"))
+    assert any(n.startswith("nodes.body.1.conv1_") for n in images), images
+    assert any(n.startswith("nodes.body.1.add_") for n in images), images
+    assert not any(n.startswith("nodes.body.0.") for n in images), images
+
+
+def test_a_parameter_typo_in_the_users_file_is_one_error(project: Path) -> None:
+    result = run_cli("summary", "--config-dir", "configs", "model=typo", cwd=project)
+    assert result.returncode == 2
+    assert "model.nodes.body.args.widht: composite block 'resunit' has no parameter 'widht'" in result.stderr
+    assert "did you mean 'width'?" in result.stderr and "Traceback" not in result.stderr
