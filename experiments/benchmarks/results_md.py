@@ -103,6 +103,38 @@ def _dataread(r: dict) -> list[str]:
             "copy cleared before each read (as a new run starts)."]
 
 
+def _build(r: dict) -> list[str]:
+    def ratio(figures: dict, side: str, base: str) -> str:
+        s = figures["ratios"][f"vs {base}"].get(side)
+        return f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f})" if s else ""
+
+    y = r["yolo"]
+    plain, forward = list(y["figures"])[:2]  # the two baselines come first
+    rows = [f"| side | median | ms per node ({y['leaf_modules']} leaf modules) | vs {plain} | vs {forward} |",
+            "|---|---:|---:|---:|---:|"]
+    rows += [f"| {side} | {_fmt(s)} | **{s['median'] / y['leaf_modules'] * 1e3:.2f}** | {ratio(y, side, plain)} | "
+             f"{ratio(y, side, forward)} |" for side, s in y["figures"].items()]
+    chains = r["chains"]
+    sides = list(next(iter(chains.values()))["figures"])
+    rows += ["", "| graph nodes | " + " | ".join(f"{side}: total; us per node" for side in sides) +
+             f" | {sides[-1]} vs {sides[0]} | vs {sides[1]} |", "|---:|" + "---:|" * (len(sides) + 2)]
+    for c in chains.values():
+        figs = c["figures"]
+        cells = [f"{_fmt(figs[side], 1e3, 'ms')}; **{figs[side]['median'] / c['graph_nodes'] * 1e6:.0f}**" for side in sides]
+        rows.append(f"| {c['graph_nodes']:,} | " + " | ".join(cells) +
+                    f" | {ratio(c, sides[-1], sides[0])} | {ratio(c, sides[-1], sides[1])} |")
+    return [*rows, "", f"First table: `{y['model']}` ({y['params']:,} parameters), and `build_model` of the config "
+            "that Hydra composes for it, vs ultralytics' Conv/Bottleneck/C2f/Classify written in plain `torch.nn` "
+            f"(bench_build.py), checked to hold the same parameters and give the same outputs; {y['rounds']} "
+            f"interleaved rounds. Per node: the modelforge build's {y['leaf_modules']} leaf modules for every side "
+            f"(the plain model has {y['plain_leaf_modules']}: its adds, chunks, concats and flatten are tensor ops; "
+            f"the builder made and dry-ran {y['graph_nodes']} blocks). Second table: {r['chain']}, `build_model` "
+            f"vs `nn.Sequential`, {r['chain_rounds']} interleaved rounds; graph nodes = leaf modules (the flatten "
+            "included). Ratios: the median over rounds of side / baseline (lowest-highest round in brackets). "
+            "modelforge runs a batch of two zeros through each node as it builds it (to infer widths); the "
+            f"'+ one forward' side adds that to the plain construction. {r['threads']} threads."]
+
+
 def _time_to_99(r: dict) -> list[str]:
     rows = ["| seed | test/acc | train_time_s | whole command |", "|---:|---:|---:|---:|"]
     rows += [f"| {x['seed']} | {x['test_acc']:.4f} | {x['train_time_s']:.1f} | {x['command_s']:.1f} |" for x in r["rows"]]
@@ -151,6 +183,7 @@ TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", 
           "hotpath": ("Hot path: per-step work removed", _hotpath),
           "dataread": ("Reading the data set in a run", _dataread),
           "startup": ("Start-up", _startup),
+          "build": ("Build time per node: the model language vs plain torch.nn", _build),
           "time_to_99": ("Time to 99.0% test accuracy (fast recipe)", _time_to_99),
           "gpu": ("The GPU path", _gpu)}
 

@@ -15,6 +15,9 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
   (``data.cache_decoded=false``) vs reading the copies kept in the user cache.
 - ``startup``: ``--help``, ``list``, ``summary``, and ``train`` to its first step, vs ``python -c "import torch"``
   and vs ``import torch, hydra.main, omegaconf`` (what any Hydra app on torch imports before it starts).
+- ``build``: build time per node, ``create_model``/``build_model`` vs the same modules constructed in plain
+  ``torch.nn`` (and plain + one forward, what modelforge's dry run costs): YOLOv8-cls x, and chains of
+  250/500/1000 ``nn.Linear`` graph nodes (bench_build.py).
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
 - ``gpu``: the GPU path (precisions, channels_last, compile, a large-batch recipe, DDP over NCCL,
@@ -48,7 +51,7 @@ RESULTS_DIR = HERE / "results"
 sys.path.insert(0, str(HERE))
 from results_md import current_commit, write_results  # noqa: E402  (a sibling file, not a package)
 
-SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "time_to_99", "gpu")
+SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "build", "time_to_99", "gpu")
 ON_REQUEST = ("time_to_99", "gpu")  # long, or needing a GPU: only with --only
 EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
 
@@ -253,6 +256,40 @@ def startup(args: argparse.Namespace) -> dict:
             "figures": {name: summary(v["s"]) for name, v in values.items()}}
 
 
+# ---------------------------------------------------------------- build
+def build(args: argparse.Namespace) -> dict:
+    """Build time per node: modelforge's build vs the same modules constructed in plain torch.nn (interleaved)."""
+    import torch
+    from bench_build import (CHAIN_INPUT, CHAIN_WIDTH, PLAIN, PLAIN_FORWARD, YOLO_NAME, YOLO_OVERRIDES, chain_sides,
+                             check_chain, check_yolo, compose_yolo, yolo_sides)
+
+    def ratios(values: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, dict[str, float]]]:
+        """Per side, the median over rounds of side / baseline (each round ran them back to back)."""
+        return {f"vs {base}": {side: summary([a / b for a, b in zip(v["s"], values[base]["s"])])
+                               for side, v in values.items() if side != base} for base in (PLAIN, PLAIN_FORWARD)}
+
+    yolo_rounds, chain_rounds = (3, 5) if args.quick else (7, 11)
+    cfg = compose_yolo()
+    shape = check_yolo(cfg)  # same parameters (57,422,840) and outputs, before any timing
+    runs = yolo_sides(cfg)
+    for run in runs.values():  # warm: Hydra's first compose, torch's first kernels of each shape
+        run()
+    values = interleaved(runs, yolo_rounds)
+    yolo = {"model": f"create_model({YOLO_NAME!r}, {YOLO_OVERRIDES})", **shape, "rounds": yolo_rounds,
+            "figures": {side: summary(v["s"]) for side, v in values.items()}, "ratios": ratios(values)}
+    chains = {}
+    for n in (250, 500, 1000):
+        shape = check_chain(n)
+        runs = chain_sides(n)
+        for run in runs.values():
+            run()
+        values = interleaved(runs, chain_rounds)
+        chains[str(n)] = {**shape, "figures": {side: summary(v["s"]) for side, v in values.items()},
+                          "ratios": ratios(values)}
+    return {"threads": torch.get_num_threads(), "yolo": yolo, "chain_rounds": chain_rounds,
+            "chain": f"flatten of {CHAIN_INPUT}, then N nn.Linear nodes of {CHAIN_WIDTH} outputs", "chains": chains}
+
+
 # ---------------------------------------------------------------- time to 99%
 def time_to_99(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="mf_bench_t99_"))
@@ -299,7 +336,7 @@ def main() -> None:
     chosen = args.only or [s for s in SECTIONS if s not in ON_REQUEST]
     RESULTS_DIR.mkdir(exist_ok=True)
     sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "dataread": dataread,
-                "startup": startup, "time_to_99": time_to_99, "gpu": gpu}
+                "startup": startup, "build": build, "time_to_99": time_to_99, "gpu": gpu}
     for name in chosen:
         print(f"== {name}", flush=True)
         started = time.perf_counter()

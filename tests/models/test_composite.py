@@ -185,3 +185,10 @@ def test_model_params_reach_node_args_and_cannot_shadow_model_options() -> None:
     assert model.nodes.a.out_channels == 6
     with pytest.raises(ConfigError, match=r"model.params.n_classes: 'n_classes' is a model option"):
         build_model(graph({"a": {"block": "nn.ReLU"}}, params={"n_classes": 3}))
+
+
+def test_the_resnet18_file_is_short() -> None:
+    from modelforge.paths import conf_dir
+
+    lines = (conf_dir() / "model" / "resnet18.yaml").read_text().splitlines()
+    assert len([line for line in lines if line.strip() and not line.strip().startswith("#")]) <= 25

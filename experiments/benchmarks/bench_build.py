@@ -1,0 +1,237 @@
+"""Build time per node: the model language against the same network constructed in plain ``torch.nn``.
+
+Two models, each side timed in one process, interleaved by ``run.py --only build``:
+
+- YOLOv8-cls at scale x (3 input channels, 1000 classes, 224x224; 57,422,840 parameters):
+  ``modelforge.create_model("yolov8_cls", [...])`` (Hydra composes the model config, then
+  ``build_model``), its two steps timed apart (the compose alone, ``build_model`` of the composed
+  dict), vs :func:`yolov8_cls_x`, ultralytics' Conv / Bottleneck / C2f / Classify written here in
+  plain ``torch.nn``, checked to hold the same parameters and give the same outputs as the build.
+- A chain of N ``nn.Linear(16, 16)`` graph nodes after a flatten node (the first Linear takes 64),
+  ``build_model`` of a ``graph`` config vs ``nn.Sequential`` of the same layers, N = 250, 500, 1000.
+
+modelforge builds a graph node by node, running a batch of two zeros through each node as it is
+built (the dry run that infers widths); plain construction does not, so each model has a third
+side: the plain construction plus one forward of a batch of two zeros, as the dry run does it
+(``eval()``, ``torch.no_grad()``). Every side keeps PyTorch's default init (the configs set none).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+YOLO_NAME = "yolov8_cls"
+YOLO_OVERRIDES = ["scale=x", "in_channels=3", "n_classes=1000", "input_size=[224,224]"]
+YOLO_PARAMS = 57_422_840
+DEPTH, WIDTH, MAX_CHANNELS = 1.0, 1.25, 1024  # ultralytics' scale x
+CHAIN_WIDTH, CHAIN_INPUT = 16, (1, 8, 8)
+
+PLAIN, PLAIN_FORWARD = "plain torch.nn", "plain torch.nn + one forward (2 zeros)"
+BUILD = "modelforge build_model (composed config)"
+CREATE = "modelforge create_model (compose + build)"
+COMPOSE = "Hydra compose only (create_model's first step)"
+CHAIN_BUILD = "modelforge build_model"
+
+
+# ---------------------------------------------------------------- YOLOv8-cls x in plain torch.nn
+class Conv(nn.Module):
+    """ultralytics Conv: Conv2d without bias ("same" padding), BatchNorm2d, SiLU."""
+
+    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c1, c2, k, s, k // 2, bias=False)
+        self.bn = nn.BatchNorm2d(c2)
+        self.act = nn.SiLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+
+class Bottleneck(nn.Module):
+    """ultralytics Bottleneck with k=(3, 3), e=1.0 (as C2f makes it): two 3x3 Convs, plus the input."""
+
+    def __init__(self, c1: int, c2: int, shortcut: bool = True) -> None:
+        super().__init__()
+        self.cv1 = Conv(c1, c2, 3)
+        self.cv2 = Conv(c2, c2, 3)
+        self.add = shortcut and c1 == c2
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.cv2(self.cv1(x)) if self.add else self.cv2(self.cv1(x))
+
+
+class C2f(nn.Module):
+    """ultralytics C2f (e=0.5): cv1 to 2c, split in two, n Bottlenecks on the second half, concat all, cv2.
+
+    Submodules are registered cv1, m, cv2 (ultralytics: cv1, cv2, m), the order modelforge's
+    ``c2f`` block builds them, so the two state dicts line up for the output check.
+    """
+
+    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = False) -> None:
+        super().__init__()
+        self.c = c2 // 2
+        self.cv1 = Conv(c1, 2 * self.c, 1)
+        self.m = nn.ModuleList(Bottleneck(self.c, self.c, shortcut) for _ in range(n))
+        self.cv2 = Conv((2 + n) * self.c, c2, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = list(self.cv1(x).chunk(2, 1))
+        y.extend(m(y[-1]) for m in self.m)
+        return self.cv2(torch.cat(y, 1))
+
+
+class Classify(nn.Module):
+    """ultralytics Classify: 1x1 Conv to 1280, global average pool, flatten, dropout, Linear."""
+
+    def __init__(self, c1: int, n_classes: int, hidden: int = 1280, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.conv = Conv(c1, hidden, 1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.drop = nn.Dropout(p=dropout)
+        self.linear = nn.Linear(hidden, n_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear(self.drop(self.pool(self.conv(x)).flatten(1)))
+
+
+def _width(c: int) -> int:
+    return math.ceil(min(c, MAX_CHANNELS) * WIDTH / 8) * 8
+
+
+def _depth(n: int) -> int:
+    return max(round(n * DEPTH), 1) if n > 1 else n
+
+
+def yolov8_cls_x(in_channels: int = 3, n_classes: int = 1000) -> nn.Sequential:
+    """ultralytics' yolov8-cls.yaml at scale x, constructed directly."""
+    layers: list[nn.Module] = []
+    c = in_channels
+    for kind, n, out in (("conv", 1, 64), ("conv", 1, 128), ("c2f", 3, 128), ("conv", 1, 256), ("c2f", 6, 256),
+                         ("conv", 1, 512), ("c2f", 6, 512), ("conv", 1, 1024), ("c2f", 3, 1024)):
+        c2 = _width(out)
+        layers.append(Conv(c, c2, 3, 2) if kind == "conv" else C2f(c, c2, _depth(n), shortcut=True))
+        c = c2
+    layers.append(Classify(c, n_classes))
+    return nn.Sequential(*layers)
+
+
+def leaf_modules(model: nn.Module) -> int:
+    return sum(1 for m in model.modules() if next(m.children(), None) is None)
+
+
+def graph_nodes(model: nn.Module) -> int:
+    """Blocks the builder made and dry-ran: the children of graphs and repeats that are neither."""
+    from modelforge.models.graph_build import Graph, Repeat
+
+    return sum(1 for m in model.modules() if isinstance(m, (Graph, Repeat))
+               for child in m.children() if not isinstance(child, (Graph, Repeat)))
+
+
+def _forward_twos(model: nn.Module, shape: tuple[int, ...]) -> None:
+    """One forward of a batch of two zeros, as modelforge's dry run runs each node."""
+    with torch.no_grad():
+        model.eval()(torch.zeros(2, *shape))
+    model.train()
+
+
+def _timed(make: Callable[[], Any]) -> dict[str, float]:
+    gc.collect()  # the last side's model is freed before the clock starts, not during it
+    start = time.perf_counter()
+    make()
+    return {"s": time.perf_counter() - start}
+
+
+# ---------------------------------------------------------------- the YOLOv8-cls sides
+def compose_yolo() -> dict[str, Any]:
+    """The model config ``create_model`` composes (Hydra, ``conf/summary.yaml`` with ``model=yolov8_cls``)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from modelforge import model_config_from_run
+    from modelforge.paths import conf_dir
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("summary", overrides=[f"model={YOLO_NAME}", *(f"model.{o}" for o in YOLO_OVERRIDES)])
+    return model_config_from_run(cfg)
+
+
+def check_yolo(cfg: dict[str, Any]) -> dict[str, int]:
+    """Both builds hold 57,422,840 parameters of the same shapes and give the same outputs."""
+    import modelforge
+
+    created = modelforge.create_model(YOLO_NAME, YOLO_OVERRIDES)
+    built, plain = modelforge.build_model(cfg), yolov8_cls_x()
+    counts = {name: sum(p.numel() for p in m.parameters())
+              for name, m in (("create_model", created), ("build_model", built), ("plain", plain))}
+    assert set(counts.values()) == {YOLO_PARAMS}, f"parameter counts differ from {YOLO_PARAMS:,}: {counts}"
+    source, target = built.state_dict(), plain.state_dict()
+    assert [v.shape for v in source.values()] == [v.shape for v in target.values()], "the parameter shapes differ"
+    plain.load_state_dict(dict(zip(target, source.values())))
+    x = torch.randn(2, 3, 224, 224)
+    built.eval(), plain.eval()
+    with torch.no_grad():
+        assert torch.allclose(built(x), plain(x), atol=1e-4), "plain YOLOv8-cls x differs from the built one"
+    return {"params": YOLO_PARAMS, "leaf_modules": leaf_modules(built), "plain_leaf_modules": leaf_modules(plain),
+            "graph_nodes": graph_nodes(built)}
+
+
+def yolo_sides(cfg: dict[str, Any]) -> dict[str, Callable[[], dict[str, float]]]:
+    import modelforge
+
+    return {PLAIN: lambda: _timed(yolov8_cls_x),
+            PLAIN_FORWARD: lambda: _timed(lambda: _forward_twos(yolov8_cls_x(), (3, 224, 224))),
+            BUILD: lambda: _timed(lambda: modelforge.build_model(cfg)),
+            CREATE: lambda: _timed(lambda: modelforge.create_model(YOLO_NAME, YOLO_OVERRIDES)),
+            COMPOSE: lambda: _timed(compose_yolo)}
+
+
+# ---------------------------------------------------------------- the chain sides
+def chain_config(n: int) -> dict[str, Any]:
+    """A ``graph`` config: a flatten node, then ``n`` ``nn.Linear`` nodes of 16 outputs."""
+    nodes: dict[str, Any] = {"flat": {"block": "flatten"}}
+    nodes.update({f"n{i}": {"block": "nn.Linear", "args": {"out_features": CHAIN_WIDTH}} for i in range(n)})
+    return {"name": "graph", "in_channels": CHAIN_INPUT[0], "input_size": list(CHAIN_INPUT[1:]), "nodes": nodes}
+
+
+def plain_chain(n: int) -> nn.Sequential:
+    features = math.prod(CHAIN_INPUT)
+    return nn.Sequential(nn.Flatten(), nn.Linear(features, CHAIN_WIDTH),
+                         *(nn.Linear(CHAIN_WIDTH, CHAIN_WIDTH) for _ in range(n - 1)))
+
+
+def check_chain(n: int) -> dict[str, int]:
+    """Same parameters, same outputs; ``build_model`` leaves the config as it was."""
+    import copy
+
+    import modelforge
+
+    cfg = chain_config(n)
+    kept = copy.deepcopy(cfg)
+    built, plain = modelforge.build_model(cfg), plain_chain(n)
+    assert cfg == kept, "build_model changed its config: a fresh one per build is needed"
+    source, target = built.state_dict(), plain.state_dict()
+    assert [v.shape for v in source.values()] == [v.shape for v in target.values()], "the chains differ"
+    plain.load_state_dict(dict(zip(target, source.values())))
+    x = torch.randn(2, *CHAIN_INPUT)
+    with torch.no_grad():
+        assert torch.allclose(built(x), plain(x), atol=1e-5), "the plain chain differs from the built one"
+    assert graph_nodes(built) == n + 1
+    return {"graph_nodes": n + 1, "leaf_modules": leaf_modules(built), "plain_leaf_modules": leaf_modules(plain),
+            "params": sum(p.numel() for p in built.parameters())}
+
+
+def chain_sides(n: int) -> dict[str, Callable[[], dict[str, float]]]:
+    import modelforge
+
+    cfg = chain_config(n)
+    return {PLAIN: lambda: _timed(lambda: plain_chain(n)),
+            PLAIN_FORWARD: lambda: _timed(lambda: _forward_twos(plain_chain(n), CHAIN_INPUT)),
+            CHAIN_BUILD: lambda: _timed(lambda: modelforge.build_model(cfg))}
