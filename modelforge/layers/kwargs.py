@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,11 +27,21 @@ def accepted_kwargs(factory: Callable) -> list[str] | None:
     """Keyword names ``factory`` takes, or None when it takes ``**kwargs`` that cannot be followed.
 
     A class whose ``__init__`` passes ``**kwargs`` on to its base (``nn.LSTM`` to ``nn.RNNBase``)
-    takes the base's names too, up to a base that names all of its own.
+    takes the base's names too, up to a base that names all of its own. Cached per factory:
+    a graph asks once per node.
     """
+    try:
+        names = _accepted_kwargs(factory)
+    except TypeError:  # an unhashable callable: not cached
+        names = _accepted_kwargs.__wrapped__(factory)
+    return None if names is None else list(names)
+
+
+@functools.lru_cache(maxsize=1024)
+def _accepted_kwargs(factory: Callable) -> tuple[str, ...] | None:
     if not isinstance(factory, type):
         found = _named_params(factory)
-        return None if found is None or found[1] else found[0]
+        return None if found is None or found[1] else tuple(found[0])
     names: list[str] = []
     for cls in factory.__mro__:
         if "__init__" not in vars(cls):
@@ -42,7 +53,7 @@ def accepted_kwargs(factory: Callable) -> list[str] | None:
             return None
         names += [n for n in found[0] if n != "self" and n not in names]
         if not found[1]:
-            return names
+            return tuple(names)
     return None
 
 

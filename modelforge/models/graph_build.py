@@ -10,6 +10,7 @@ building is linear in the number of nodes.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -100,10 +101,11 @@ def _describe(sources: list[Source], values: list[Any], n_inputs: int) -> str:
     return ", ".join(f"{source_label(s, n_inputs)} {describe_output(v)}" for s, v in zip(sources, values))
 
 
-def _max_inputs(block: nn.Module) -> int | None:
-    """How many tensors ``block.forward`` takes at most (None: any number)."""
+@functools.lru_cache(maxsize=1024)
+def _max_inputs(kind: type) -> int | None:
+    """How many tensors the ``forward`` of modules of this class takes at most (None: any number)."""
     try:
-        params = list(inspect.signature(block.forward).parameters.values())
+        params = list(inspect.signature(kind.forward).parameters.values())[1:]  # without self
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_POSITIONAL for p in params):
@@ -253,7 +255,7 @@ class GraphBuilder:
         if isinstance(block, MERGE_BLOCKS):
             _check_merge(name, block, described, shapes, path)
         else:
-            most = _max_inputs(block)
+            most = _max_inputs(type(block))
             if most is not None and len(inputs) > most:
                 raise ConfigError(f"{path}.inputs",
                                   f"block {block_name!r} takes {'one input' if most == 1 else f'{most} inputs'}, "
