@@ -5,8 +5,9 @@ Two models, each side timed in one process, interleaved by ``run.py --only build
 - YOLOv8-cls at scale x (3 input channels, 1000 classes, 224x224; 57,422,840 parameters):
   ``modelforge.create_model("yolov8_cls", [...])`` (Hydra composes the model config, then
   ``build_model``), its two steps timed apart (the compose alone, ``build_model`` of the composed
-  dict), vs :func:`yolov8_cls_x`, ultralytics' Conv / Bottleneck / C2f / Classify written here in
-  plain ``torch.nn``, checked to hold the same parameters and give the same outputs as the build.
+  dict), vs :func:`yolov8_cls_x`, ultralytics' Conv / Bottleneck / C2f / Classify in plain
+  ``torch.nn`` (the parity test's reference), checked to hold the same parameters and give the
+  same outputs as the build.
 - A chain of N ``nn.Linear(16, 16)`` graph nodes after a flatten node (the first Linear takes 64),
   ``build_model`` of a ``graph`` config vs ``nn.Sequential`` of the same layers, N = 250, 500, 1000.
 
@@ -20,17 +21,19 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
+REPO = Path(__file__).resolve().parents[2]
 YOLO_NAME = "yolov8_cls"
 YOLO_OVERRIDES = ["scale=x", "in_channels=3", "n_classes=1000", "input_size=[224,224]"]
 YOLO_PARAMS = 57_422_840
-DEPTH, WIDTH, MAX_CHANNELS = 1.0, 1.25, 1024  # ultralytics' scale x
 CHAIN_WIDTH, CHAIN_INPUT = 16, (1, 8, 8)
 
 PLAIN, PLAIN_FORWARD = "plain torch.nn", "plain torch.nn + one forward (2 zeros)"
@@ -40,86 +43,14 @@ COMPOSE = "Hydra compose only (create_model's first step)"
 CHAIN_BUILD = "modelforge build_model"
 
 
-# ---------------------------------------------------------------- YOLOv8-cls x in plain torch.nn
-class Conv(nn.Module):
-    """ultralytics Conv: Conv2d without bias ("same" padding), BatchNorm2d, SiLU."""
-
-    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(c1, c2, k, s, k // 2, bias=False)
-        self.bn = nn.BatchNorm2d(c2)
-        self.act = nn.SiLU()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.act(self.bn(self.conv(x)))
-
-
-class Bottleneck(nn.Module):
-    """ultralytics Bottleneck with k=(3, 3), e=1.0 (as C2f makes it): two 3x3 Convs, plus the input."""
-
-    def __init__(self, c1: int, c2: int, shortcut: bool = True) -> None:
-        super().__init__()
-        self.cv1 = Conv(c1, c2, 3)
-        self.cv2 = Conv(c2, c2, 3)
-        self.add = shortcut and c1 == c2
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x + self.cv2(self.cv1(x)) if self.add else self.cv2(self.cv1(x))
-
-
-class C2f(nn.Module):
-    """ultralytics C2f (e=0.5): cv1 to 2c, split in two, n Bottlenecks on the second half, concat all, cv2.
-
-    Submodules are registered cv1, m, cv2 (ultralytics: cv1, cv2, m), the order modelforge's
-    ``c2f`` block builds them, so the two state dicts line up for the output check.
-    """
-
-    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = False) -> None:
-        super().__init__()
-        self.c = c2 // 2
-        self.cv1 = Conv(c1, 2 * self.c, 1)
-        self.m = nn.ModuleList(Bottleneck(self.c, self.c, shortcut) for _ in range(n))
-        self.cv2 = Conv((2 + n) * self.c, c2, 1)
-
-    def forward(self, x: Tensor) -> Tensor:
-        y = list(self.cv1(x).chunk(2, 1))
-        y.extend(m(y[-1]) for m in self.m)
-        return self.cv2(torch.cat(y, 1))
-
-
-class Classify(nn.Module):
-    """ultralytics Classify: 1x1 Conv to 1280, global average pool, flatten, dropout, Linear."""
-
-    def __init__(self, c1: int, n_classes: int, hidden: int = 1280, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.conv = Conv(c1, hidden, 1)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.drop = nn.Dropout(p=dropout)
-        self.linear = nn.Linear(hidden, n_classes)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear(self.drop(self.pool(self.conv(x)).flatten(1)))
-
-
-def _width(c: int) -> int:
-    return math.ceil(min(c, MAX_CHANNELS) * WIDTH / 8) * 8
-
-
-def _depth(n: int) -> int:
-    return max(round(n * DEPTH), 1) if n > 1 else n
-
-
 def yolov8_cls_x(in_channels: int = 3, n_classes: int = 1000) -> nn.Sequential:
-    """ultralytics' yolov8-cls.yaml at scale x, constructed directly."""
-    layers: list[nn.Module] = []
-    c = in_channels
-    for kind, n, out in (("conv", 1, 64), ("conv", 1, 128), ("c2f", 3, 128), ("conv", 1, 256), ("c2f", 6, 256),
-                         ("conv", 1, 512), ("c2f", 6, 512), ("conv", 1, 1024), ("c2f", 3, 1024)):
-        c2 = _width(out)
-        layers.append(Conv(c, c2, 3, 2) if kind == "conv" else C2f(c, c2, _depth(n), shortcut=True))
-        c = c2
-    layers.append(Classify(c, n_classes))
-    return nn.Sequential(*layers)
+    """ultralytics' yolov8-cls.yaml at scale x, constructed directly in plain ``torch.nn``: the
+    reference that tests/models/test_zoo.py pins the ``yolov8_cls`` model file against."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.models.test_zoo import yolov8_cls
+
+    return yolov8_cls("x", in_channels, n_classes)
 
 
 def leaf_modules(model: nn.Module) -> int:
