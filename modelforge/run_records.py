@@ -1,19 +1,25 @@
-"""Run records are never overwritten: a Hydra callback refuses a run or sweep directory that holds one.
+"""Run records are never overwritten: a run claims its directory atomically, and a sweep directory is checked.
 
-Hydra calls ``on_run_start`` after composing the config and before ``run_job`` creates the
-run directory and writes ``.hydra/`` and the log file there, and ``on_multirun_start`` before
-the sweeper writes ``multirun.yaml``: a refusal at that point leaves the directory byte for
-byte as it was. No command-line parsing is involved: the composed ``hydra.run.dir`` /
-``hydra.sweep.dir`` is checked, whatever set it. Registered in ``conf/train.yaml`` and
-``conf/eval.yaml`` under ``hydra.callbacks``; the sweep check is called by
-:class:`modelforge.sweep.callback.SweepSummary`.
+:func:`claim_run_dir` is the one place a run directory becomes a run's own: it creates
+:data:`CLAIM_FILE` there with ``O_CREAT | O_EXCL``, which the filesystem grants to exactly one
+process, so of two runs started together into one directory one goes on and the other is
+refused before it writes anything there (checking for files and then writing would let both
+through). The CLI claims in a Hydra callback's ``on_run_start``, after composing the config and
+before ``run_job`` writes ``.hydra/`` and the log file there; ``train()`` claims the same way
+when called from Python or as a sweep job, and takes over the claim the callback made for it.
+``on_multirun_start`` checks the sweep directory before the sweeper writes ``multirun.yaml``.
+No command-line parsing is involved: the composed ``hydra.run.dir`` / ``hydra.sweep.dir`` is
+checked, whatever set it. Registered in ``conf/train.yaml`` and ``conf/eval.yaml`` under
+``hydra.callbacks``; the sweep check is called by :class:`modelforge.sweep.callback.SweepSummary`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
-import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +29,14 @@ from omegaconf import DictConfig
 from modelforge.errors import ConfigError
 
 EXIT_CONFIG_ERROR = 2
-RUN_FILES = ("metrics.json", "eval_metrics.json", "config.yaml")
+FINAL_RECORDS = ("metrics.json", "eval_metrics.json")  # written when a run ends, however it ends
+RUN_FILES = (*FINAL_RECORDS, "config.yaml")
+CLAIM_FILE = ".run_claim"  # who claimed the directory: pid, host, time, command
 SQLITE_PREFIX = "sqlite:///"
+
+# Directories a Hydra callback of this process claimed for the task Hydra runs next: that
+# task's own claim_run_dir takes the claim over, once.
+_claimed_for_task: set[str] = set()
 
 
 def run_records(run_dir: Path) -> list[Path]:
@@ -39,8 +51,12 @@ def is_ddp_child() -> bool:
 
 
 def check_run_dir(run_dir: Path, command: str) -> None:
-    """Raise ConfigError when ``run_dir`` holds a run: ``command`` would overwrite its record."""
-    found = [] if is_ddp_child() else run_records(run_dir)
+    """Raise ConfigError when ``run_dir`` holds a run (``command`` would overwrite its record) or another run claimed it."""
+    if is_ddp_child():
+        return
+    if (run_dir / CLAIM_FILE).exists() and not any((run_dir / name).exists() for name in FINAL_RECORDS):
+        raise _taken(run_dir)  # its run is under way (or was killed before it could say how it ended)
+    found = run_records(run_dir)
     if not found:
         return
     if command == "train":
@@ -52,22 +68,63 @@ def check_run_dir(run_dir: Path, command: str) -> None:
                       "it is left untouched", hint=hint)
 
 
-def prepare_run_dir(run_dir: Path, command: str = "train") -> None:
-    """Create ``run_dir`` (a new one, or one without a run) and make sure files can be written in it.
+def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = False) -> None:
+    """Make ``run_dir`` this run's own, atomically, or raise ConfigError; create it if need be.
 
-    Called once every config check has passed, right before the run starts writing there.
+    Call it once every config check has passed and before anything is written there. A
+    directory that another run claimed and has not finished (it may have started this very
+    moment) is refused in one line naming it; one that holds a run, as :func:`check_run_dir` says. A DDP
+    rank other than 0 writes into its rank 0's directory and claims nothing. ``for_task``: a
+    Hydra callback claims for the task that Hydra runs next in this process, whose own call
+    takes the claim over instead of being refused.
     """
+    if is_ddp_child():
+        return
+    key = os.path.abspath(run_dir)
+    if key in _claimed_for_task:
+        _claimed_for_task.discard(key)
+        return
     check_run_dir(run_dir, command)
+    claim = run_dir / CLAIM_FILE
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+              "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=run_dir):
-            pass
+        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        if not run_dir.is_dir():
+            raise _unwritable(run_dir, "it is a file") from None
+        raise _taken(run_dir) from None
     except OSError as exc:
-        raise ConfigError(
-            "hydra.run.dir",
-            f"cannot write the run directory {run_dir}: {exc.strerror or exc}",
-            hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run",
-        ) from None
+        raise _unwritable(run_dir, exc.strerror or str(exc)) from None
+    try:
+        os.write(fd, json.dumps(holder).encode() + b"\n")  # the claim is made; this only says whose
+    except OSError:
+        pass  # a full disk: the run's own first write reports it
+    finally:
+        os.close(fd)
+    if for_task:
+        _claimed_for_task.add(key)
+
+
+def forget_claims_for_tasks() -> None:
+    """Drop claims made for a task that never ran: a later run in this process must claim anew."""
+    _claimed_for_task.clear()
+
+
+def _taken(run_dir: Path) -> ConfigError:
+    try:
+        holder = json.loads((run_dir / CLAIM_FILE).read_text())
+        by = f" (pid {holder['pid']} on {holder['host']}, since {holder['claimed_at']})"
+    except (OSError, ValueError, KeyError, TypeError):  # being written this very moment
+        by = ""
+    return ConfigError("hydra.run.dir", f"{run_dir} is taken by another run{by}; this run is refused and "
+                                        "writes nothing there: pick another directory")
+
+
+def _unwritable(run_dir: Path, why: str) -> ConfigError:
+    return ConfigError("hydra.run.dir", f"cannot write the run directory {run_dir}: {why}",
+                       hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run")
 
 
 def check_sweep_dir(config: DictConfig) -> None:
@@ -104,12 +161,10 @@ def refuse(exc: ConfigError) -> None:
 
 
 class KeepRunRecords(Callback):
-    """Refuses to start a run (``train``/``eval``) in a directory that holds one."""
+    """Claims the run directory (``eval``) before Hydra writes there: refuses one that holds or is claimed by a run."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if is_ddp_child():
-            return
         try:
-            check_run_dir(Path(config.hydra.run.dir), str(config.hydra.job.name))
+            claim_run_dir(Path(config.hydra.run.dir), str(config.hydra.job.name), for_task=True)
         except ConfigError as exc:
             refuse(exc)

@@ -1,10 +1,12 @@
 """The run config is validated before Hydra creates the run directory (a Hydra callback).
 
 ``Hydra.run`` composes the config, calls the callbacks' ``on_run_start``, and only
-then (in ``run_job``) creates ``hydra.run.dir`` and writes ``.hydra/`` there. So
-a bad value, or a run directory that already holds a run or cannot be written,
-is refused here and leaves no directory behind and no earlier file changed.
-The validated config is handed to the task, which does not validate it again.
+then (in ``run_job``) writes ``.hydra/`` and the log file in ``hydra.run.dir``. So
+a bad value, or a run directory that already holds a run, is claimed by another
+run or cannot be written, is refused here and leaves no directory behind and no
+earlier file changed. A config that passes claims the run directory here, atomically
+(:func:`modelforge.run_records.claim_run_dir`). The validated config and the claim
+are handed to the task, which neither validates nor claims again.
 """
 
 from __future__ import annotations
@@ -34,15 +36,16 @@ class CheckBeforeRun(Callback):
     """``on_run_start``: validate the run config and the run directory (single runs; sweep jobs check their own)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from modelforge.run_records import claim_run_dir
         from modelforge.train.run_config import validate_run_config
-        from modelforge.run_records import prepare_run_dir
 
         # As run_job does first thing: lets ${hydra:...} in the task config resolve.
         HydraConfig.instance().set_config(config)
         try:
             task_cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
             run_config = validate_run_config(task_cfg)
-            prepare_run_dir(Path(str(OmegaConf.select(config, "hydra.run.dir"))))
+            # Atomic: of two runs started together into one directory, one gets it; train() takes it over.
+            claim_run_dir(Path(str(OmegaConf.select(config, "hydra.run.dir"))), for_task=True)
         except ModelforgeError as exc:
             raise ConfigRefused(exc) from None
         _validated[:] = [run_config]
@@ -54,5 +57,8 @@ def take_validated(cfg: Any) -> Any:
 
 
 def forget_validated() -> None:
-    """Drop a config that no task took (the run failed in between): it must not reach the next command."""
+    """Drop a config (and a run directory claim) that no task took: it must not reach the next command."""
+    from modelforge.run_records import forget_claims_for_tasks
+
     _validated.clear()
+    forget_claims_for_tasks()

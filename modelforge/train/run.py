@@ -25,7 +25,7 @@ from modelforge.console import quiet_third_party, run_log
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.resources import allocation_errors
-from modelforge.run_records import check_run_dir
+from modelforge.run_records import claim_run_dir
 from modelforge.stops import Terminated
 from modelforge.summary import describe_model
 from modelforge.train.callbacks import early_stop_summary
@@ -92,28 +92,45 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     """
     quiet_third_party()
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
-    check_run_dir(run_dir, "train")  # before anything is written there
     # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
     # batch while training, at once before.
     with stop_signals() as received:
-        with _recorded_setup_failure(run_dir):  # a bad config creates no run directory
+        with _recorded_setup_failure(run_dir, claimed=False):  # a bad config creates no run directory
             run = validate_run_config(cfg)
+        # Atomic, before anything is written there (the CLI claimed it before Hydra wrote: taken over).
+        claim_run_dir(run_dir, "train")
         with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
             return _train(run, run_dir, received)
 
 
 @contextmanager
-def _recorded_setup_failure(run_dir: Path) -> Iterator[None]:
-    """A failure before training leaves the run directory (where there is one) a metrics.json saying why."""
+def _recorded_setup_failure(run_dir: Path, claimed: bool = True) -> Iterator[None]:
+    """A failure before training leaves the run directory (where there is one) a metrics.json saying why.
+
+    Not yet ``claimed``: only into an existing directory that this run can claim now, never into
+    another run's.
+    """
     try:
         yield
     except BaseException as exc:
+        if not claimed and not _claim_existing(run_dir):
+            raise
         record = _record(run_dir)
         del record["config"]  # config.yaml is written only for a config that passed its checks
         if isinstance(exc, Terminated):  # a signal before training: nothing to resume, but say so
             record["status"] = exc.status
         write_setup_failure(run_dir, exc, record)
         raise
+
+
+def _claim_existing(run_dir: Path) -> bool:
+    if not run_dir.is_dir():
+        return False
+    try:
+        claim_run_dir(run_dir, "train")
+    except ConfigError:
+        return False
+    return True
 
 
 def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
