@@ -25,10 +25,28 @@ EXIT_CONFIG_ERROR = 2
 FULL_ERROR = "HYDRA_FULL_ERROR"
 
 
+# Config groups that ConfigStore fills with generated defaults (model_defaults/cnn, hook_defaults/verbose):
+# the shipped configs start from them; a user picks from model/ and hooks/.
+INTERNAL_GROUP_SUFFIX = "_defaults"
+
+
 def _register_resolvers() -> None:
     # A per-process suffix for run directories: two launches in the same second never collide.
     if not OmegaConf.has_resolver("mf_uid"):
         OmegaConf.register_new_resolver("mf_uid", lambda: uuid.uuid4().hex[:6], use_cache=True)
+    if not OmegaConf.has_resolver("mf_config_groups"):
+        OmegaConf.register_new_resolver("mf_config_groups", user_config_groups)
+
+
+def user_config_groups() -> str:
+    """The config groups of ``--help`` (conf/, ``--config-dir``, ConfigStore), as Hydra lists them,
+    without Hydra's own groups and the internal ``*_defaults`` ones."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    def listed(group: str) -> bool:
+        return not (group == "hydra" or group.startswith("hydra/") or group.endswith(INTERNAL_GROUP_SUFFIX))
+
+    return GlobalHydra.instance().hydra.format_config_groups(listed)
 
 
 def is_multirun() -> bool:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import Callback, EarlyStopping
+from pytorch_lightning.callbacks import Callback, EarlyStopping, Timer
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.errors import ConfigError
@@ -49,25 +50,35 @@ def build_callbacks(callbacks_cfg: Mapping[str, Any] | None, monitor: str = "val
         if not isinstance(callback, Callback):
             raise ConfigError(path, f"{type(callback).__name__} is not a Lightning Callback")
         built.append(callback)
-    if any(isinstance(c, EarlyStopping) for c in built):
+    if any(isinstance(c, (EarlyStopping, Timer)) for c in built):
         built.append(EarlyStopReport())
     return built
 
 
 class EarlyStopReport(Callback):
-    """Says in the console and train.log when early stopping ended the run, and at which epoch."""
+    """Says in the console and train.log when early stopping or the timer ended the run, and at which epoch.
+
+    (Lightning's own notices of it are held back with its other rank-zero notices: conf/hydra/job_logging/run.yaml.)
+    """
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         report = early_stop_summary(trainer)
         if report and trainer.is_global_zero:
-            log.info("early stopping: stopped after epoch %d of at most %s: %s", report["stopped_early_epoch"],
-                     trainer.max_epochs, report["stopped_early_reason"])
+            log.info("%s: stopped after epoch %d of at most %s: %s", report["stopped_by"],
+                     report["stopped_early_epoch"], trainer.max_epochs, report["stopped_early_reason"])
 
 
 def early_stop_summary(trainer: pl.Trainer) -> dict[str, Any]:
-    """For metrics.json: the epoch (1-based) at which early stopping ended the run, and why; {} if it did not."""
+    """For metrics.json: the epoch (1-based) at which early stopping or the timer ended the run, and why;
+    {} if neither did."""
     for callback in trainer.early_stopping_callbacks:
         if callback.stopped_epoch > 0 or trainer.should_stop and callback.stopping_reason_message:
-            return {"stopped_early_epoch": callback.stopped_epoch + 1,
+            return {"stopped_by": "early stopping", "stopped_early_epoch": callback.stopped_epoch + 1,
                     "stopped_early_reason": " ".join((callback.stopping_reason_message or "").split())}
+    for callback in trainer.callbacks:
+        remaining = callback.time_remaining() if isinstance(callback, Timer) else None
+        if remaining is not None and remaining <= 0:
+            elapsed = timedelta(seconds=int(callback.time_elapsed()))
+            return {"stopped_by": "timer", "stopped_early_epoch": max(trainer.current_epoch, 1),
+                    "stopped_early_reason": f"time limit reached after {elapsed} of training"}
     return {}

@@ -34,7 +34,7 @@ class CheckpointOnException(Callback):
         if isinstance(exception, Diverged) or is_allocation_failure(exception):
             return  # resuming would diverge again / run out of memory again: offer no resume point
         try:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # a resume point: the full state
         except Diverged as exc:  # a loss checked late (on a GPU) was bad: those weights are not worth resuming
             log.error("not saving the training state to %s: %s", self.path, exc)
             return

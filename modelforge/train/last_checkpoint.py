@@ -27,5 +27,5 @@ class LastCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
         if trainer.state.fn == TrainerFn.FITTING and self._last_global_step_saved != trainer.global_step:
-            trainer.save_checkpoint(Path(self.dirpath) / LAST_CKPT)
+            trainer.save_checkpoint(Path(self.dirpath) / LAST_CKPT, weights_only=False)  # a resume point: the full state
             self._last_global_step_saved = trainer.global_step

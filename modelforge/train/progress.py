@@ -29,6 +29,31 @@ log = logging.getLogger(__name__)
 BAR_WIDTH = 12
 
 
+class EpochLine:
+    """The line at an epoch's end: its time and its figures, logged once they are all in.
+
+    Lightning calls a callback's ``on_train_epoch_end`` before ``LightningModule.on_train_epoch_end``
+    and before it reduces the epoch's logged values (``train/loss_epoch``): the line is noted
+    there and logged by the next hook, the next epoch's start, the end of training or an exception.
+    """
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._done: tuple[str, float] | None = None  # (epoch, seconds)
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+
+    def end(self, trainer: pl.Trainer) -> None:
+        self._done = (_epoch(trainer), time.monotonic() - self._started)
+
+    def log(self, trainer: pl.Trainer) -> None:
+        if self._done is not None:
+            epoch, seconds = self._done
+            self._done = None
+            log.info("%s done in %.2f s  %s", epoch, seconds, _epoch_metrics(trainer))
+
+
 class _CompactMetrics:
     """Mixin for Lightning's bars: the step loss, read from the module at most every ``interval_s`` seconds.
 
@@ -77,6 +102,7 @@ if _RICH_AVAILABLE:
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self._init_compact()
+            self._epoch_line = EpochLine()
 
         def _get_train_description(self, current_epoch: int) -> str:
             return f"{_epoch(self.trainer):{len(self.validation_description)}}"
@@ -91,10 +117,26 @@ if _RICH_AVAILABLE:
                                          pulse_style=theme.progress_bar_pulse)
             return columns
 
+        def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            super().on_train_start(trainer, pl_module)
+            self._epoch_line.start()  # a run resumed mid-epoch starts without on_train_epoch_start
+
+        def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            self._epoch_line.log(trainer)  # the previous epoch's, above the bar
+            super().on_train_epoch_start(trainer, pl_module)
+            self._epoch_line.start()
+
         def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
             super().on_train_epoch_end(trainer, pl_module)
             if self.is_enabled:
-                log.info("%s done  %s", _epoch(trainer), _epoch_metrics(trainer))
+                self._epoch_line.end(trainer)
+
+        def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            self._epoch_line.log(trainer)  # while the bar is still drawn: the line goes above it
+
+        def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+            self._epoch_line.log(trainer)
+            super().on_exception(trainer, pl_module, exception)
 
 
 class LineProgress(ProgressBar):
@@ -111,7 +153,7 @@ class LineProgress(ProgressBar):
         self.lines_per_epoch = lines_per_epoch
         self.every_s = every_s
         self._enabled = True
-        self._epoch_done: tuple[str, float] | None = None  # (epoch, seconds), logged by the next hook
+        self._epoch_line = EpochLine()
 
     def disable(self) -> None:
         self._enabled = False
@@ -127,11 +169,11 @@ class LineProgress(ProgressBar):
         self._start_epoch()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._log_epoch_done(trainer)
+        self._epoch_line.log(trainer)
         self._start_epoch()
 
     def _start_epoch(self) -> None:
-        self._epoch_start = time.monotonic()
+        self._epoch_line.start()
         total = self.total_train_batches
         self._every = max(1, int(total) // self.lines_per_epoch) if math.isfinite(total) else 100
 
@@ -164,22 +206,14 @@ class LineProgress(ProgressBar):
         return "  ".join(p for p in parts if p)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # The line waits for the next hook: Lightning runs this before LightningModule.on_train_epoch_end,
-        # where ClassifierModule logs the epoch's training figures.
         if self._enabled:
-            self._epoch_done = (_epoch(trainer), time.monotonic() - self._epoch_start)
-
-    def _log_epoch_done(self, trainer: pl.Trainer) -> None:
-        if self._epoch_done is not None:
-            epoch, seconds = self._epoch_done
-            self._epoch_done = None
-            log.info("%s done in %.2f s  %s", epoch, seconds, _epoch_metrics(trainer))
+            self._epoch_line.end(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._log_epoch_done(trainer)
+        self._epoch_line.log(trainer)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._log_epoch_done(trainer)
+        self._epoch_line.log(trainer)
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._enabled:

@@ -18,7 +18,7 @@ from modelforge.train.callbacks import build_callbacks
 from modelforge.train.checkpoint_io import AtomicCheckpointIO
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
 from modelforge.train.last_checkpoint import LastCheckpoint
-from modelforge.train.loggers import build_loggers
+from modelforge.train.loggers import build_loggers, step_log_interval
 from modelforge.train.progress import progress_bar
 from modelforge.train.run_safety import run_safety_callbacks
 from modelforge.train.trainer_options import check_trainer_options  # noqa: F401 - re-exported
@@ -64,6 +64,8 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
     callbacks = _hooks(plugins, run_dir) if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
+    if logger:
+        callbacks += step_log_interval(options.get("log_every_n_steps"))
     if options.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_bar())  # a bar in a terminal, plain lines in a file or job log
     if options.get("enable_model_summary") is None:
