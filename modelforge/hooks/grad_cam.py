@@ -11,10 +11,10 @@ to [0, 1] per image (Selvaraju et al., 2017). The hooks record only inside
 Lightning run, the first test batch of every ``trainer.test`` (the end of
 ``train``, and ``eval``) is explained: ``num_images`` digits are written as one
 PNG grid (image, heatmap, overlay; predicted and true class in the title) to
-``<run dir>/grad_cam/<layer>.png``. Lightning tests under ``inference_mode``, so
-that pass runs in ``torch.inference_mode(False)`` + ``torch.enable_grad()`` on a
-fresh copy of the batch; parameter ``.grad`` is left untouched
-(``torch.autograd.grad`` to the input, not ``backward()``).
+``<run dir>/grad_cam/<layer>.png``, and its path is printed. Lightning tests
+under ``inference_mode``, so that pass runs in ``torch.inference_mode(False)`` +
+``torch.enable_grad()`` on a fresh copy of the batch; parameter ``.grad`` is left
+untouched (``torch.autograd.grad`` to the input, not ``backward()``).
 
 ``layer`` is one module name (default: the last ``Conv2d``). The chosen module's
 output must not be modified in place afterwards (a full backward hook forbids it):
@@ -144,6 +144,7 @@ class GradCam(HookPlugin):
         if is_rank_zero():
             from modelforge.hooks.cam_images import save_cam_grid
 
-            file = self.run_dir / "grad_cam" / f"{result.layer}.png"
-            self.saved_images.append(save_cam_grid(images, result.heatmaps, result.predicted, labels, file,
-                                                   title=f"Grad-CAM of {result.layer}"))
+            file = save_cam_grid(images, result.heatmaps, result.predicted, labels,
+                                 self.run_dir / "grad_cam" / f"{result.layer}.png", title=f"Grad-CAM of {result.layer}")
+            self.saved_images.append(file)
+            print(f"grad_cam heatmaps written to {file}")  # the one file a user asked for: say where it is

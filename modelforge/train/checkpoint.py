@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,9 @@ from torch import nn
 
 from modelforge.errors import CheckpointError
 
+# torch._weights_only_unpickler: "Detected pickle protocol 5 in the checkpoint, which was not the default ..."
+_PROTOCOL_WARNING = r"Detected pickle protocol \d+ in the checkpoint"
+
 
 def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
     """Read a modelforge checkpoint with ``weights_only=True`` (no arbitrary pickles run)."""
@@ -18,7 +22,11 @@ def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
     if not ckpt_path.is_file():
         raise CheckpointError(f"{key}: no checkpoint file at {ckpt_path}")
     try:
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # A file pickled with another protocol than torch's 2 (pickle.dump, torch.save(pickle_protocol=5))
+            # draws torch's warning just before the refusal below: the user gets one message, ours.
+            warnings.filterwarnings("ignore", message=_PROTOCOL_WARNING, category=UserWarning)
+            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad file; all mean "not loadable"
         raise CheckpointError(f"{key}: {ckpt_path} is not a loadable checkpoint ({_reason(exc)})") from None
     config = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None

@@ -24,7 +24,7 @@ from pytorch_lightning.callbacks import Callback
 KEY = "modelforge_resume"
 
 # Lightning cannot see that the train loader resumes mid-epoch (ResumeState does it, not the loader).
-warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
+_MID_EPOCH_WARNING = r"You're resuming from a checkpoint that ended before the epoch ended"
 
 
 def capture_rng() -> dict[str, Any]:
@@ -80,6 +80,9 @@ class ResumeState(Callback):
         checkpoint[KEY] = state
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # Set here, as the resume starts, not once at import: a caller's warnings.catch_warnings()
+        # (pytest wraps each test in one) would drop a filter set while it was active.
+        warnings.filterwarnings("ignore", message=_MID_EPOCH_WARNING)
         state = checkpoint.get(KEY)
         if not state:
             return  # a checkpoint from before this callback: resumes as Lightning alone does

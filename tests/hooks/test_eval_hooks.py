@@ -56,10 +56,13 @@ def test_eval_with_ablate_reports_the_ablated_accuracy(run_with_grad_cam: Path, 
     assert stored["hooks"] == {"ablate": {"layers": ["encoder.1"], "channels": "all", "mode": "zero"}}
 
 
-def test_eval_with_grad_cam_writes_the_png(run_with_grad_cam: Path, tiny_mnist: Path, tmp_path: Path) -> None:
+def test_eval_with_grad_cam_writes_the_png_and_prints_its_path(
+        run_with_grad_cam: Path, tiny_mnist: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     evaluate(eval_cfg(tiny_mnist, run_with_grad_cam, "hooks=[grad_cam]", "hooks.grad_cam.layer=encoder.1"),
              run_dir=tmp_path)
-    assert (tmp_path / "grad_cam" / "encoder.1.png").is_file()
+    png = tmp_path / "grad_cam" / "encoder.1.png"
+    assert png.is_file()
+    assert capsys.readouterr().out.count(f"grad_cam heatmaps written to {png}\n") == 1
 
 
 def test_eval_refuses_a_layer_that_matches_nothing_before_testing(run_with_grad_cam: Path, tiny_mnist: Path,

@@ -56,7 +56,8 @@ def test_compute_works_inside_inference_mode_on_an_inference_tensor(model) -> No
     assert heatmaps.min() >= 0 and heatmaps.max() <= 1 and heatmaps.amax(dim=(1, 2)).max() == 1
 
 
-def test_a_lightning_test_run_writes_the_png_grid(tmp_path: Path) -> None:
+def test_a_lightning_test_run_writes_the_png_grid_and_says_where(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     plugin = grad_cam(layer="encoder.3", num_images=3)
     trainer = pl.Trainer(callbacks=[HookPluginsCallback([plugin], run_dir=tmp_path)], accelerator="cpu",
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -66,6 +67,7 @@ def test_a_lightning_test_run_writes_the_png_grid(tmp_path: Path) -> None:
     png = tmp_path / "grad_cam" / "encoder.3.png"
     assert plugin.saved_images == [png] and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in png.parent.iterdir()] == ["encoder.3.png"]  # no temporary file left
+    assert capsys.readouterr().out.splitlines() == [f"grad_cam heatmaps written to {png}"]
     assert hook_count(module.model) == 0
 
 

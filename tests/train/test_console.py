@@ -152,6 +152,7 @@ def test_resume_with_fewer_batches_replans_the_schedule(tiny_mnist: Path, tmp_pa
     assert not (tmp_path / "resumed" / "checkpoints" / "interrupted.ckpt").exists()
 
 
+@pytest.mark.filterwarnings("ignore:You defined a `validation_step`")  # LitTiny, fitted here without validation data
 @pytest.mark.parametrize(("every_s", "step_lines"), [(0.0, 1), (1e9, 0)])
 def test_a_progress_line_comes_at_least_every_every_s_seconds(every_s: float, step_lines: int,
                                                               caplog: pytest.LogCaptureFixture) -> None:

@@ -17,6 +17,9 @@ from modelforge.train import train
 from modelforge.train.divergence import DivergenceGuard
 from tests.train.conftest import compose_train, tiny_cli_args
 
+# _NanAtStep validates only in the tests that give it validation data.
+pytestmark = pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`")
+
 
 def _strict(text: str) -> dict:
     def refuse(name: str):
@@ -140,7 +143,7 @@ def test_a_scaled_16_mixed_loss_is_compared_with_max_loss_unscaled(tmp_path: Pat
             self.losses: list[float] = []
 
         def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-            self.losses.append(float(loss))
+            self.losses.append(float(loss.detach()))
 
     torch.manual_seed(0)
     seen, scaled = Seen(), MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))  # as on a GPU
