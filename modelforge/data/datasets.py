@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelforge.data.mnist_files import MIRRORS, MNIST_FILES, MnistFile
+from modelforge.data.mnist_files import MIRRORS, MNIST_FILES, MnistFile, register_known_files
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,4 @@ FASHION_MNIST = IdxDataset(
 )
 
 KNOWN_DATASETS: dict[str, IdxDataset] = {d.name: d for d in (MNIST, FASHION_MNIST)}
-_BY_MD5 = {spec.md5: dataset for dataset in KNOWN_DATASETS.values() for spec in dataset.files}
-
-
-def identify(md5: str) -> IdxDataset | None:
-    """The known data set one of whose files has this md5 (of its uncompressed bytes)."""
-    return _BY_MD5.get(md5)
+register_known_files(FASHION_MNIST.files)

@@ -49,6 +49,9 @@ MNIST_FILES: tuple[MnistFile, ...] = (
 )
 
 # Tried in order; each serves <mirror><name>.gz (torchvision's and TensorFlow's copies).
+# md5 -> file of every known data set (datasets.py registers the others), for "this is Fashion-MNIST".
+_KNOWN_BY_MD5: dict[str, MnistFile] = {f.md5: f for f in MNIST_FILES}
+
 MIRRORS: tuple[str, ...] = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
     "https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -124,12 +127,15 @@ def read_checked(path: Path, spec: MnistFile, *, verify: bool = True, cache: boo
     return decoded.tensor
 
 
-def _identify_hint(digest: str, spec: MnistFile) -> str:
-    from modelforge.data.datasets import identify
+def register_known_files(files: tuple[MnistFile, ...]) -> None:
+    """Files of another known data set, so that a mismatch can say which set a file belongs to."""
+    _KNOWN_BY_MD5.update({f.md5: f for f in files})
 
-    known = identify(digest)
-    if known is not None and known.name != spec.dataset:
-        return f"\n  this is {known.title}: use data={known.name}"
+
+def _identify_hint(digest: str, spec: MnistFile) -> str:
+    known = _KNOWN_BY_MD5.get(digest)
+    if known is not None and known.dataset != spec.dataset:
+        return f"\n  this is {known.title}: use data={known.dataset}"
     return ("\n  hint: for a data set of your own in IDX format (checksums off, stats computed), use "
             "data=idx data.data_dir=DIR; data.verify=false skips the checks for this one")
 

@@ -13,7 +13,6 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.console import verbose
-from modelforge.errors import ConfigError, UnknownNameError
 from modelforge.train.callbacks import build_callbacks
 from modelforge.train.checkpoint_io import AtomicCheckpointIO
 from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
@@ -82,30 +81,6 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
 
 def _as_list(value: Any) -> list[Any]:
     return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def check_accelerator(options: Mapping[str, Any]) -> None:
-    """Accelerator and strategy names Lightning knows, and a GPU only where there is one."""
-    from pytorch_lightning.accelerators import AcceleratorRegistry
-    from pytorch_lightning.strategies import StrategyRegistry
-
-    names = {
-        "accelerator": ["auto", "gpu", *AcceleratorRegistry.available_accelerators()],
-        "strategy": ["auto", *StrategyRegistry.available_strategies()],
-    }
-    for key, allowed in names.items():
-        value = options.get(key, "auto")
-        if isinstance(value, str) and value not in allowed:
-            raise UnknownNameError(key, value, allowed, path=f"trainer.{key}")
-    accelerator = str(options.get("accelerator", "auto"))
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            "trainer.accelerator",
-            f"{accelerator!r} asked for, but this machine has no CUDA GPU that torch can use "
-            f"(torch {torch.__version__}, torch.cuda.is_available() is False)",
-            allowed="auto, cpu" + (", mps" if torch.backends.mps.is_available() else ""),
-            hint="trainer=ddp_cpu runs DDP as CPU processes; trainer.accelerator=auto uses a GPU when there is one",
-        )
 
 
 def hydra_overrides() -> list[str]:

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.config import check_type
-from modelforge.errors import ConfigError, closest_names
+from modelforge.errors import ConfigError, UnknownNameError, closest_names
 
 # Set by modelforge itself; a user value would silently fight the run directory layout.
 RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
@@ -33,10 +34,32 @@ def trainer_argument_types() -> dict[str, Any]:
     return {name: hints.get(name, Any) for name in sorted(names)}
 
 
+def check_accelerator(options: Mapping[str, Any]) -> None:
+    """Accelerator and strategy names Lightning knows, and a GPU only where there is one."""
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    names = {
+        "accelerator": ["auto", "gpu", *AcceleratorRegistry.available_accelerators()],
+        "strategy": ["auto", *StrategyRegistry.available_strategies()],
+    }
+    for key, allowed in names.items():
+        value = options.get(key, "auto")
+        if isinstance(value, str) and value not in allowed:
+            raise UnknownNameError(key, value, allowed, path=f"trainer.{key}")
+    accelerator = str(options.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            "trainer.accelerator",
+            f"{accelerator!r} asked for, but this machine has no CUDA GPU that torch can use "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False)",
+            allowed="auto, cpu" + (", mps" if torch.backends.mps.is_available() else ""),
+            hint="trainer=ddp_cpu runs DDP as CPU processes; trainer.accelerator=auto uses a GPU when there is one",
+        )
+
+
 def check_trainer_options(options: Mapping[str, Any]) -> None:
     """Every ``trainer.*`` key must be a ``pl.Trainer`` argument modelforge does not set, of its type."""
-    from modelforge.train.trainer import check_accelerator
-
     accepted = trainer_argument_types()
     for key, value in options.items():
         if key in RESERVED_TRAINER_KEYS:

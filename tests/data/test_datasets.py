@@ -26,9 +26,9 @@ def test_builtin_data_sets_are_registered_with_their_own_tables() -> None:
 
 
 def test_a_file_of_another_known_set_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The generated second set plays Fashion-MNIST: its md5s are the ones identify() knows.
+    # The generated second set plays Fashion-MNIST: its md5s are the ones the checks know as Fashion-MNIST's.
     other = write_idx_set(tmp_path / "other", n_classes=10, size=(28, 28), n_train=10, n_test=10)
-    monkeypatch.setattr("modelforge.data.datasets._BY_MD5", {f.md5: FASHION_MNIST for f in other})
+    monkeypatch.setattr("modelforge.data.mnist_files._KNOWN_BY_MD5", {f.md5: FASHION_MNIST.files[0] for f in other})
     mnist_table = write_mnist_idx(tmp_path / "mnist", n_train=10, n_test=10)
     with pytest.raises(DataError, match=r"(?s)train-images-idx3-ubyte: checksum mismatch.*not the original MNIST"
                                         r"\n  this is Fashion-MNIST: use data=fashion_mnist"):
