@@ -67,7 +67,7 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
     plain = load_config(cfg)
     if "name" not in plain and isinstance(plain.get("model"), Mapping):
         plain = dict(plain["model"])
-    if isinstance(cfg, (str, Path)) and _needs_composing(plain) and Path(cfg).parent.name == "model":
+    if isinstance(cfg, (str, Path)) and _foreign_defaults(plain) and Path(cfg).parent.name == "model":
         # a model file of a config folder whose defaults take blocks/ or another model file: Hydra composes it
         path = Path(cfg).resolve()
         return create_model(path.stem, config_dir=path.parent.parent, seed=seed)
@@ -132,10 +132,11 @@ def build_checked_model(checked: Any, *, seed: int | None = None) -> nn.Module:
     return model
 
 
-def _needs_composing(cfg: Mapping[str, Any]) -> bool:
+def _foreign_defaults(cfg: Mapping[str, Any]) -> list[Any]:
+    """A model file's defaults entries other than its own signature defaults (``/model_defaults/<name>``)."""
     name = cfg.get("name")
     own = {"_self_", f"{DEFAULTS_GROUP}/{name}@_here_", f"/{DEFAULTS_GROUP}/{name}@_here_"}
-    return any(d not in own for d in cfg.get("defaults") or [])
+    return [d for d in cfg.get("defaults") or [] if d not in own]
 
 
 def drop_signature_defaults(cfg: dict[str, Any], where: str) -> dict[str, Any]:
@@ -143,8 +144,7 @@ def drop_signature_defaults(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     :func:`build_model` fills in anyway); any other defaults entry needs Hydra to compose."""
     if "defaults" not in cfg:
         return cfg
-    allowed = {"_self_", f"{DEFAULTS_GROUP}/{cfg.get('name')}@_here_", f"/{DEFAULTS_GROUP}/{cfg.get('name')}@_here_"}
-    others = [d for d in cfg["defaults"] or [] if d not in allowed]
+    others = _foreign_defaults(cfg)
     if others:
         raise ConfigError(f"{where}: defaults", f"build_model reads one file; it cannot compose {others}",
                           hint="compose the config with Hydra, then pass the model config")

@@ -60,7 +60,7 @@ def resolve_string(text: str, names: Mapping[str, Any], path: str) -> Any:
     if not any(isinstance(n, ast.Constant) and not isinstance(n.value, str)
                or isinstance(n, ast.Name) and (n.id in names or n.id in _CALLS) for n in ast.walk(tree)):
         return text  # words and punctuation without a parameter or a number: "leaky-relu", "nn.GELU"
-    return evaluate(text, names, path)
+    return _evaluate_tree(tree, text, names, path)
 
 
 def evaluate(text: str, names: Mapping[str, Any], path: str) -> Any:
@@ -68,6 +68,10 @@ def evaluate(text: str, names: Mapping[str, Any], path: str) -> Any:
     tree = _parse(text)
     if tree is None:
         raise ConfigError(path, f"cannot parse expression {text!r}", allowed=ALLOWED)
+    return _evaluate_tree(tree, text, names, path)
+
+
+def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: str) -> Any:
 
     def fail(problem: str, **extra: Any) -> ConfigError:
         return ConfigError(path, f"expression {text!r}: {problem}", **extra)

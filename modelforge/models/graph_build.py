@@ -97,8 +97,8 @@ class Repeat(nn.Sequential):
         return tuple(outputs) if self.keep_all else x
 
 
-def _describe(sources: list[Source], values: list[Any], n_inputs: int) -> str:
-    return ", ".join(f"{source_label(s, n_inputs)} {describe_output(v)}" for s, v in zip(sources, values))
+def _describe(labels: list[str], values: list[Any]) -> str:
+    return ", ".join(f"{label} {describe_output(v)}" for label, v in zip(labels, values))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -130,20 +130,11 @@ class GraphBuilder:
     def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY) -> None:
         self.composites = composites
         self.scale = scale
-        self._n_inputs = 1  # of the table being built, for labels in messages
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph") -> tuple[Graph, Any]:
         """The table as a :class:`Graph`, and its output on ``inputs`` (the dry run)."""
         keep_all = table.repeated_parts_read()
-        outer_n_inputs, self._n_inputs = self._n_inputs, len(inputs)
-        try:
-            return self._build(table, inputs, names, keep_all, top, block)
-        finally:
-            self._n_inputs = outer_n_inputs
-
-    def _build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], keep_all: set[str],
-               top: bool, block: str) -> tuple[Graph, Any]:
         values: dict[str, Any] = {INPUT: inputs}
         skipped: dict[str, Source] = {}
         modules: dict[str, nn.Module] = {}
@@ -156,7 +147,8 @@ class GraphBuilder:
             if node.when is not None and not self._condition(node, names, node_path):
                 skipped[name] = sources[0]  # a node whose condition is false passes its first input on
                 continue
-            module, values[name] = self._node(name, node, sources, [_pick(values, s) for s in sources],
+            labels = [source_label(s, len(inputs)) for s in sources]
+            module, values[name] = self._node(name, node, labels, [_pick(values, s) for s in sources],
                                               names, top, name in keep_all, node_path)
             modules[name] = module
             wiring[name] = sources
@@ -207,7 +199,7 @@ class GraphBuilder:
         require_positive(count, f"{path}.repeat")
         return self.scale.repeats(count) if top else count
 
-    def _node(self, name: str, node: NodeConfig, sources: list[Source], inputs: list[Any],
+    def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any],
               names: Mapping[str, Any], top: bool, keep_all: bool, path: str) -> tuple[nn.Module, Any]:
         """One node: a block, or ``repeat`` chained copies of it; its module and its dry-run output."""
         composite = self.composites.get(node.block)
@@ -232,20 +224,20 @@ class GraphBuilder:
             if composite is not None:
                 module, out = self._composite(composite, args, inputs, path, copy_path)
             else:
-                module, out = self._block(name, node.block, factory, args, sources, inputs, path)
+                module, out = self._block(name, node.block, factory, args, labels, inputs, path)
             if count is not None and i + 1 < count and not isinstance(out, Tensor):
                 raise ConfigError(f"{path}.repeat", f"node {name!r} returns {describe_output(out)}; "
                                   "only a block that returns one tensor chains into copies of itself")
             copies.append(module)
             outputs.append(out)
-            inputs, sources = [out], [(name, ())]
+            inputs, labels = [out], [name]
         if count is None:
             return copies[0], outputs[0]
         return Repeat(copies, keep_all), tuple(outputs) if keep_all else outputs[-1]
 
-    def _block(self, name: str, block_name: str, factory: Any, args: dict[str, Any], sources: list[Source],
+    def _block(self, name: str, block_name: str, factory: Any, args: dict[str, Any], labels: list[str],
                inputs: list[Any], path: str) -> tuple[nn.Module, Any]:
-        described = _describe(sources, inputs, self._n_inputs)
+        described = _describe(labels, inputs)
         shapes = [x.shape if isinstance(x, Tensor) else () for x in inputs]
         try:
             block = factory(**infer_widths(factory, args, shapes))
@@ -265,7 +257,7 @@ class GraphBuilder:
                 out = block.eval()(*inputs)
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, AssertionError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            tuples = [source_label(s, self._n_inputs) for s, x in zip(sources, inputs) if isinstance(x, tuple)]
+            tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
             hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
             raise ConfigError(path, f"node {name!r} ({block_name}) does not fit its input {described}: {first}",
                               hint=hint) from None
