@@ -18,13 +18,12 @@ from typing import Any
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from modelforge.build import build_checked_model, build_model
+from modelforge.build import build_model
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
 from modelforge.console import quiet_third_party, run_log
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
-from modelforge.resources import allocation_errors
 from modelforge.run_records import claim_run_dir
 from modelforge.stops import Terminated
 from modelforge.summary import describe_model
@@ -62,8 +61,7 @@ class Prepared:
 def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
     run = validate_run_config(cfg)
     ckpt = load_checkpoint(run.ckpt_path) if run.ckpt_path else None
-    with allocation_errors(run.config["model"], "while building the model"):
-        model = build_checked_model(run.model, seed=run.seed)
+    model = run.network
     module = ClassifierModule(
         model,
         config=run.config,

@@ -3,8 +3,9 @@
 :func:`validate_run_config` reads a composed ``train`` config once (one conversion
 to plain containers) and checks every part of it: model, optimizer and schedule,
 hook plugins, data options, each ``trainer.*`` value against its ``pl.Trainer``
-type, and the top-level keys. Nothing is read from disk and nothing is written,
-so the CLI runs it before Hydra creates the run directory.
+type, and the top-level keys. The model is built here too (a graph's widths and
+shapes are checked by building it), once: ``train()`` trains that module. Nothing is read
+from disk and nothing is written, so the CLI runs it before Hydra creates the run directory.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from typing import Any
 
 import pytorch_lightning as pl
 from omegaconf import DictConfig
+from torch import nn
 
-from modelforge.build import model_config_from_run, validate_model_config
+from modelforge.build import build_checked_model, model_config_from_run, validate_model_config
 from modelforge.config import MODEL_SHORTCUTS, check_type, load_config, require_probability
 from modelforge.errors import CheckpointError, UnknownNameError
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.optim import validate_optim
+from modelforge.resources import allocation_errors
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.train.trainer import build_datamodule, hydra_overrides
 from modelforge.train.callbacks import build_callbacks
@@ -44,6 +47,7 @@ class RunConfig:
 
     config: dict[str, Any]
     model: Any  # the model config as validate_model_config returned it
+    network: nn.Module  # built from ``model`` with ``seed`` (same seed, same weights)
     plugins: list[HookPlugin]
     datamodule: pl.LightningDataModule
     seed: int | None
@@ -81,6 +85,8 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     for key in MODEL_SHORTCUTS:
         plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
     model = validate_model_config(plain["model"])
+    with allocation_errors(plain["model"], "while building the model"):
+        network = build_checked_model(model, seed=seed)
     validate_optim(plain.get("optim") or {}, plain.get("sched"))
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
     check_trainer_options(plain.get("trainer") or {})
@@ -90,6 +96,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     return RunConfig(
         config=plain,
         model=model,
+        network=network,
         plugins=plugins,
         datamodule=datamodule,
         seed=seed,

@@ -155,3 +155,16 @@ def test_a_malicious_checkpoint_is_refused_without_torchs_advice_to_unpickle_it(
     assert message == (f"ckpt_path: {bad} is not a loadable checkpoint (weights-only load refused it: "
                        "Trying to load unsupported GLOBAL posix.system whose module posix is blocked)")
     assert "weights_only" not in message and "Re-running" not in message
+
+
+def test_a_graph_that_does_not_build_is_refused_before_the_run_dir_exists(run_main, tiny_mnist: Path,
+                                                                          tmp_path: Path) -> None:
+    # The model is built once, while the config is checked: a shape or value problem found by
+    # building a graph is bad input like any other, so no run directory is made.
+    run = tmp_path / "run"
+    result = run_main("train", "model=lstm", "model.params.hidden=-4", *tiny_cli_args(tiny_mnist),
+                      f"hydra.run.dir={run}")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: model.nodes.lstm: node 'lstm' (nn.LSTM): "
+                                     "hidden_size must be greater than zero")
+    assert not run.exists()
