@@ -5,10 +5,22 @@ initializers, models, hooks, optimizers, schedules) through the explicit imports
 imports Lightning: building a model needs torch, omegaconf and nothing else.
 """
 
-from modelforge import builtin_names, hooks, layers, models, optim  # noqa: F401 - these imports register the built-ins
-from modelforge.build import build_model, create_model, model_config_from_run, validate_model_config
-from modelforge.errors import CheckpointError, ConfigError, DataError, ModelforgeError, UnknownNameError
+from modelforge import builtin_names, hooks, layers, models  # noqa: F401 - these imports register the built-ins
+from modelforge.build import (
+    build_model,
+    create_model,
+    model_config_from_run,
+    validate_model_config,
+)
+from modelforge.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    ModelforgeError,
+    UnknownNameError,
+)
 from modelforge.hooks import build_hook_plugins
+from modelforge.inspect.summary import format_summary, summarize
 from modelforge.layers import ConvBlock, LinearBlock, initialize, make_activation
 from modelforge.registry import (
     ACTIVATIONS,
@@ -24,7 +36,7 @@ from modelforge.registry import (
     SCHEDULERS,
     Registry,
 )
-from modelforge.summary import format_summary, summarize
+from modelforge.train import optim  # noqa: F401 - registers the optimizers and schedules (no Lightning import)
 
 __version__ = "0.1.0"
 

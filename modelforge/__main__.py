@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+
 # command -> (one-line help, runner). Runners import lazily so `list` never loads Lightning.
 def _hydra_command(module: str, task: str, config_name: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
@@ -37,7 +38,7 @@ COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
 
 
 def usage() -> str:
-    from modelforge.paths import config_groups
+    from modelforge.config import config_groups
 
     lines = [
         "usage: python -m modelforge <command> [key=value ...] [Hydra flags: --help, --cfg job, -m]",

@@ -93,7 +93,7 @@ def create_model(
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from modelforge.paths import conf_dir
+    from modelforge.config import conf_dir
 
     extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir is not None else []
     was_initialized = GlobalHydra.instance().is_initialized()
@@ -103,7 +103,7 @@ def create_model(
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             cfg = compose("summary", overrides=[f"model={name}", *extra, *(f"model.{o}" for o in overrides)])
     except (HydraException, OmegaConfBaseException) as exc:
-        from modelforge.paths import config_groups
+        from modelforge.config import config_groups
 
         models = config_groups().get("model", [])
         first = (str(exc).splitlines() or [type(exc).__name__])[0]

@@ -11,12 +11,14 @@ import copy
 import dataclasses
 import functools
 import inspect
+import os
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from modelforge.errors import ConfigError, closest_names
@@ -39,10 +41,10 @@ def load_config(cfg: Mapping | DictConfig | str | Path) -> dict[str, Any]:
     """Accept a dict, an OmegaConf config or a YAML path; return a plain dict.
 
     A YAML file is checked first (bounded alias expansion, parse errors with
-    line and column): see :mod:`modelforge.yaml_safety`.
+    line and column): see :mod:`modelforge.config`.
     """
     if isinstance(cfg, (str, Path)):
-        from modelforge.yaml_safety import load_yaml_file
+        from modelforge.config import load_yaml_file
 
         cfg = load_yaml_file(cfg)
     plain = to_plain(cfg)
@@ -186,7 +188,7 @@ def schema_from_signature(
     return dataclasses.make_dataclass(f"{name}_config", fields, namespace=namespace, kw_only=True)
 
 
-def signature_defaults(schema: type) -> dict[str, Any]:
+def schema_defaults(schema: type) -> dict[str, Any]:
     """The defaults a schema holds, as plain YAML-able values (tuples become lists)."""
 
     def plain(value: Any) -> Any:
@@ -249,3 +251,171 @@ def apply_model_shortcuts(root: Mapping[str, Any], model_keys: set[str]) -> dict
             )
         model[key] = value
     return model
+
+
+def signature_defaults(factory: Callable, skip: Collection[str] = ()) -> dict[str, Any]:
+    """Keyword parameters of ``factory`` and their defaults (``inspect.Parameter.empty`` if required)."""
+    params = inspect.signature(factory).parameters.values()
+    return {p.name: p.default for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip and p.name != "self"}
+
+
+def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: str,
+               *, skip: Collection[str] = (), filled: Collection[str] = (), verb: str = "takes") -> None:
+    """Raise a ConfigError for an unknown option, a missing required one, or a value of the wrong type.
+
+    ``skip``: parameters modelforge passes itself (not options); ``filled``: required ones it fills.
+    """
+    try:
+        params = signature_defaults(factory, skip)
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # no signature to check against
+        return
+    for key, value in options.items():
+        if key not in params:
+            if takes_any:
+                continue
+            raise ConfigError(f"{path}.{key}", f"{what} {verb} no option {key!r}",
+                              suggestions=closest_names(key, params), allowed=sorted(params) or "no options")
+        _check_type(value, params[key], f"{path}.{key}", what)
+    for key, default in params.items():
+        if default is inspect.Parameter.empty and key not in options and key not in filled:
+            raise ConfigError(f"{path}.{key}", f"missing: {what} needs a value for {key!r}",
+                              hint=f"add +{path}.{key}=VALUE")
+
+
+def _check_type(value: Any, default: Any, path: str, what: str) -> None:
+    if value is None or default is None or default is inspect.Parameter.empty:
+        return
+    if isinstance(default, bool):
+        ok, expected = isinstance(value, bool), "true or false"
+    elif isinstance(default, (int, float)):
+        ok, expected = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif isinstance(default, str):
+        ok, expected = isinstance(value, str), "a string"
+    elif isinstance(default, (tuple, list)):
+        ok, expected = isinstance(value, (tuple, list)) and len(value) == len(default), \
+            f"a list of {len(default)} like {list(default)}"
+    else:
+        return
+    if not ok:
+        raise ConfigError(path, f"{what} expects {expected} (default {default!r}), got {value!r}")
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def conf_dir() -> Path:
+    """The ``conf/`` directory: shipped as ``modelforge/conf`` in a wheel, top-level in a checkout."""
+    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"modelforge's conf/ directory was not found next to {PACKAGE_DIR}; reinstall the package"
+    )
+
+
+def config_groups() -> dict[str, list[str]]:
+    """modelforge's config groups (folders of conf/) and their options.
+
+    ``conf/hydra/`` is left out: it only adds options to Hydra's own groups
+    (``hydra/launcher``, ...), which Hydra and its plugins also fill.
+    """
+    root = conf_dir()
+    return {
+        group.name: sorted(p.stem for p in group.glob("*.yaml"))
+        for group in sorted(root.iterdir())
+        if group.is_dir() and not group.name.startswith(("_", ".")) and group.name != "hydra"
+    }
+
+
+def user_cache_dir() -> Path | None:
+    """``$XDG_CACHE_HOME`` when it is an absolute path, else ``~/.cache``; None when no home folder is known."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG spec says relative values are invalid and must be ignored.
+    if os.path.isabs(cache):
+        return Path(cache)
+    try:
+        return Path.home() / ".cache"
+    except RuntimeError:  # no $HOME and no passwd entry (e.g. docker run --user 1234)
+        return None
+
+
+# A hand-written config uses a few aliases and at most some thousands of nodes.
+MAX_ALIAS_USES = 100
+MAX_EXPANDED_NODES = 100_000
+
+
+def _where(path: Path, error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    return f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+
+
+def _parse_error(path: Path, error: yaml.YAMLError) -> ConfigError:
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context = getattr(error, "context", None)
+    text = f"{context}, {problem}" if context else problem
+    return ConfigError(_where(path, error), f"invalid YAML: {text}")
+
+
+def _expanded_size(root: yaml.Node, path: Path) -> int:
+    """Nodes after alias expansion, counting each distinct node once (memoized)."""
+    sizes: dict[int, int] = {}
+    in_progress: set[int] = set()
+    alias_uses = 0
+
+    def size(node: yaml.Node) -> int:
+        nonlocal alias_uses
+        key = id(node)
+        if key in sizes:  # a node reached again is an alias use
+            alias_uses += 1
+            if alias_uses > MAX_ALIAS_USES:
+                raise ConfigError(str(path), f"more than {MAX_ALIAS_USES} YAML alias uses",
+                                  hint="write the values out; aliases are meant for a few repeats")
+            return sizes[key]
+        if key in in_progress:
+            raise ConfigError(str(path), "a YAML alias refers to a node that contains it (a cycle)")
+        in_progress.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        in_progress.discard(key)
+        sizes[key] = total
+        if total > MAX_EXPANDED_NODES:
+            raise ConfigError(str(path), f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes",
+                              hint="a config that large is an alias bomb or a mistake; write the values out")
+        return total
+
+    return size(root)
+
+
+def check_yaml_file(path: str | Path) -> None:
+    """Refuse a YAML file that does not parse or whose aliases expand past the bounds.
+
+    Raises:
+        ConfigError: naming the file (and ``file:line:column`` for a syntax error).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "config file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot read the file: {exc}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise _parse_error(path, exc) from None
+    if root is not None:
+        _expanded_size(root, path)
+
+
+def load_yaml_file(path: str | Path) -> DictConfig | ListConfig:
+    """:func:`check_yaml_file`, then ``OmegaConf.load``; any YAML error becomes a ConfigError."""
+    check_yaml_file(path)
+    try:
+        return OmegaConf.load(Path(path))
+    except yaml.YAMLError as exc:  # e.g. a duplicate key, found only while constructing
+        raise _parse_error(Path(path), exc) from None

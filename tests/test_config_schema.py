@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pytest
 
 from modelforge import ConfigError
-from modelforge.config import schema_from_signature, signature_defaults, validate
+from modelforge.config import schema_defaults, schema_from_signature, validate
 
 
 class Toy:
@@ -27,7 +27,7 @@ def _check(cfg: Any, path: str) -> None:
 def test_fields_types_and_defaults_come_from_the_signature() -> None:
     schema = schema_from_signature(Toy, "toy", check=_check)
     assert [f.name for f in dataclasses.fields(schema)] == ["name", "width", "sizes", "kind", "opts", "free"]
-    assert signature_defaults(schema) == {"name": "toy", "width": "???", "sizes": [1, 2], "kind": "a",
+    assert schema_defaults(schema) == {"name": "toy", "width": "???", "sizes": [1, 2], "kind": "a",
                                           "opts": {"x": 1}, "free": None}
     a, b = validate({"width": 3}, schema, "m", "toy"), validate({"width": 3}, schema, "m", "toy")
     assert a.opts == {"x": 1} and a.opts is not b.opts  # a mutable default is copied, never shared
@@ -49,7 +49,7 @@ def test_types_required_keys_and_checks(values: dict, match: str) -> None:
 
 def test_a_partial_is_a_variant_with_other_defaults() -> None:
     schema = schema_from_signature(functools.partial(Toy, width=5, kind="b"), "toy5")
-    assert signature_defaults(schema) == {"name": "toy5", "width": 5, "sizes": [1, 2], "kind": "b",
+    assert schema_defaults(schema) == {"name": "toy5", "width": 5, "sizes": [1, 2], "kind": "b",
                                           "opts": {"x": 1}, "free": None}
     with pytest.raises(ConfigError, match=r"m.kind: expected 'a' \| 'b'"):
         validate({"kind": "z"}, schema, "m", "toy5")  # types still come from Toy's annotations

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from modelforge import ConfigError, build_model
-from modelforge.yaml_safety import check_yaml_file, load_yaml_file
+from modelforge.config import check_yaml_file, load_yaml_file
 
 
 def _alias_bomb(levels: int = 9, width: int = 9) -> str:

@@ -30,9 +30,9 @@ WALK = textwrap.dedent("""
     note("build_model")
     import modelforge.hooks
     note("import modelforge.hooks")
-    import modelforge.flops, modelforge.summary
-    note("import modelforge.flops, modelforge.summary")
-    from modelforge.summary import summarize, describe_model
+    import modelforge.inspect.flops, modelforge.inspect.summary
+    note("import modelforge.inspect.flops, modelforge.inspect.summary")
+    from modelforge.inspect.summary import summarize, describe_model
     summarize(model, model.input_shape)
     describe_model(model, model.input_shape)
     note("summary of a shipped model")
@@ -51,7 +51,7 @@ def test_each_layer_loads_only_what_it_needs() -> None:
         "import modelforge": [],  # nor the data layer: building a model needs no data code
         "build_model": [],
         "import modelforge.hooks": [],  # no Lightning, no matplotlib (imported when a PNG is written)
-        "import modelforge.flops, modelforge.summary": [],
+        "import modelforge.inspect.flops, modelforge.inspect.summary": [],
         "summary of a shipped model": [],  # MACs from forward hooks: no torch._dynamo
         "import modelforge.data": ["modelforge.data"],  # the data files need no Lightning
     }

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from modelforge.errors import ConfigError
-from modelforge.optim import build_optimizer, build_scheduler, validate_optim
+from modelforge.train.optim import build_optimizer, build_scheduler, validate_optim
 
 
 def _params() -> list[nn.Parameter]:
@@ -126,7 +126,7 @@ def test_no_decay_norm_bias_puts_norms_and_biases_in_a_group_without_weight_deca
 ])
 def test_epoch_schedules_follow_torch(cfg: dict, expected: list[float]) -> None:
     assert _lrs(cfg, 5) == pytest.approx(expected)
-    from modelforge.optim import lr_scheduler_config
+    from modelforge.train.optim import lr_scheduler_config
 
     assert lr_scheduler_config(None, cfg)["interval"] == "epoch"
 
@@ -139,7 +139,7 @@ def test_warmup_cosine_ramps_up_linearly_then_anneals_to_min_lr() -> None:
 
 
 def test_plateau_follows_its_monitor_with_the_mode_of_the_metric() -> None:
-    from modelforge.optim import configure_optimizers
+    from modelforge.train.optim import configure_optimizers
 
     model = nn.Linear(3, 2)
     for monitor, mode in (("val/loss", "min"), ("val/acc", "max")):

@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import nn
 
-from modelforge.optim import build_optimizer, build_scheduler
-from modelforge.paths import conf_dir
+from modelforge.config import conf_dir
+from modelforge.train.optim import build_optimizer, build_scheduler
 
 
 def _lrs(*overrides: str, steps: int = 100) -> list[float]:

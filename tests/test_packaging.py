@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,7 +19,7 @@ def test_every_subpackage_is_listed_for_the_wheel() -> None:
 
 def test_installed_layout_finds_conf(tmp_path: Path, monkeypatch) -> None:
     # In a wheel, conf/ sits inside the package; conf_dir() must prefer it there.
-    import modelforge.paths as paths
+    import modelforge.config as paths
 
     (tmp_path / "modelforge" / "conf").mkdir(parents=True)
     (tmp_path / "modelforge" / "conf" / "train.yaml").write_text("{}")

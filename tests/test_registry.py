@@ -7,7 +7,6 @@ tests/test_registry_plugins.py runs this file with a plugin installed.
 
 from __future__ import annotations
 
-
 import pytest
 from torch import nn
 

@@ -8,9 +8,9 @@ import pytest
 from torch import nn
 
 from modelforge import build_model
+from modelforge.config import conf_dir
 from modelforge.errors import ConfigError
-from modelforge.model_graph import draw_model_graph, trace_units
-from modelforge.paths import conf_dir
+from modelforge.inspect.model_graph import draw_model_graph, trace_units
 
 
 def edges(units) -> dict[str, list[str]]:

@@ -9,10 +9,16 @@ import torch
 from torch import nn
 
 from modelforge import build_model, create_model
-from modelforge.flops import _countable, count_macs, format_macs, forward_macs, macs_by_module
+from modelforge.config import conf_dir
+from modelforge.inspect.flops import (
+    _countable,
+    count_macs,
+    format_macs,
+    forward_macs,
+    macs_by_module,
+)
+from modelforge.inspect.summary import describe_model, format_summary, summarize
 from modelforge.layers.blocks import ConvBlock, LinearBlock
-from modelforge.paths import conf_dir
-from modelforge.summary import describe_model, format_summary, summarize
 
 # The default cnn, by hand (per sample; a conv output pixel costs k*k*c_in MACs per output channel):
 CONV1 = 28 * 28 * 32 * (3 * 3 * 1)       # 1 -> 32, 3x3, padding 1, on 28x28; then 2x2 max pool -> 14x14

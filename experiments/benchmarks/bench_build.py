@@ -86,7 +86,7 @@ def compose_yolo() -> dict[str, Any]:
     from hydra.core.global_hydra import GlobalHydra
 
     from modelforge import model_config_from_run
-    from modelforge.paths import conf_dir
+    from modelforge.config import conf_dir
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):

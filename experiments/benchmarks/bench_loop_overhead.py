@@ -127,7 +127,7 @@ def bare_side(model: torch.nn.Module, loader: Any, steps: int, module: type[Bare
 def modelforge_side(data_dir: str, steps: int, work: Path) -> float:
     from hydra import compose, initialize_config_dir
 
-    from modelforge.paths import conf_dir
+    from modelforge.config import conf_dir
     from modelforge.train import train
 
     STAMPS.clear()

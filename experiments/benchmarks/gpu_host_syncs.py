@@ -97,7 +97,7 @@ def main() -> None:
 
     from hydra import compose, initialize_config_dir
 
-    from modelforge.paths import conf_dir
+    from modelforge.config import conf_dir
     from modelforge.train import train
 
     overrides = ["experiment=fast", "trainer.accelerator=gpu", "trainer.max_epochs=1",

@@ -22,8 +22,8 @@ import torch
 from omegaconf import OmegaConf
 
 from modelforge import build_model
+from modelforge.config import conf_dir
 from modelforge.data import MNISTDataModule
-from modelforge.paths import conf_dir
 
 
 def fast_recipe() -> dict:

@@ -136,8 +136,7 @@ def check_same_model(seed: int) -> None:
     from raw_loop import fast_recipe
 
     from modelforge.build import build_model, model_config_from_run
-    from modelforge.config import load_config
-    from modelforge.paths import conf_dir
+    from modelforge.config import conf_dir, load_config
 
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         plain = load_config(compose("train", overrides=["experiment=fast", f"seed={seed}"]))
@@ -165,6 +164,7 @@ def hooks(args: argparse.Namespace) -> dict:
     import torch
     from bench_hook_overhead import measure_once, step_time
     from hand_written_cnn import hand_written_cnn
+
     from modelforge import build_model
 
     logging.disable(logging.INFO)  # verbose's one report would flood the output
@@ -260,8 +260,19 @@ def startup(args: argparse.Namespace) -> dict:
 def build(args: argparse.Namespace) -> dict:
     """Build time per node: modelforge's build vs the same modules constructed in plain torch.nn (interleaved)."""
     import torch
-    from bench_build import (CHAIN_INPUT, CHAIN_WIDTH, PLAIN, PLAIN_FORWARD, YOLO_NAME, YOLO_OVERRIDES, chain_sides,
-                             check_chain, check_yolo, compose_yolo, yolo_sides)
+    from bench_build import (
+        CHAIN_INPUT,
+        CHAIN_WIDTH,
+        PLAIN,
+        PLAIN_FORWARD,
+        YOLO_NAME,
+        YOLO_OVERRIDES,
+        chain_sides,
+        check_chain,
+        check_yolo,
+        compose_yolo,
+        yolo_sides,
+    )
 
     def ratios(values: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, dict[str, float]]]:
         """Per side, the median over rounds of side / baseline (each round ran them back to back)."""

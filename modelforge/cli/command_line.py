@@ -21,9 +21,8 @@ from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
+from modelforge.config import check_yaml_file, conf_dir, load_yaml_file
 from modelforge.errors import ConfigError
-from modelforge.paths import conf_dir
-from modelforge.yaml_safety import check_yaml_file, load_yaml_file
 
 MODEL_FILE_SUFFIXES = (".yaml", ".yml")
 

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from modelforge.cli.command_line import CommandLine
 from modelforge.cli.hydra_errors import config_error
 from modelforge.cli.run_checks import ConfigRefused, forget_validated
+from modelforge.config import conf_dir
 from modelforge.errors import ModelforgeError
-from modelforge.paths import conf_dir
 
 EXIT_CONFIG_ERROR = 2
 FULL_ERROR = "HYDRA_FULL_ERROR"
@@ -70,7 +70,7 @@ def report_errors(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
 
     @functools.wraps(task)
     def wrapper(cfg: DictConfig) -> Any:
-        from modelforge.stops import RunStopped
+        from modelforge.train.stopping import RunStopped
 
         try:
             return task(cfg)

@@ -22,10 +22,19 @@ from hydra.errors import (
     SearchPathException,
 )
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+)
 
 from modelforge.cli.command_line import CommandLine
-from modelforge.errors import ConfigError, ModelforgeError, UnknownNameError, closest_names
+from modelforge.errors import (
+    ConfigError,
+    ModelforgeError,
+    UnknownNameError,
+    closest_names,
+)
 
 # Hydra 1.3's wording of the refusals that carry no structured detail.
 _NOT_IN_DEFAULTS = re.compile(r"Could not override '([^']+)'\. No match in the defaults list")

@@ -17,8 +17,7 @@ from modelforge.registry import REGISTRIES
 
 def composite_blocks(config_dirs: list[Path]) -> list[tuple[str, str, str]]:
     """(name with parameters, description, file) of each composite in the ``blocks/`` folders."""
-    from modelforge.config import to_plain
-    from modelforge.yaml_safety import load_yaml_file
+    from modelforge.config import load_yaml_file, to_plain
 
     found = []
     for folder in config_dirs:
@@ -63,7 +62,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("pattern", nargs="?", default="*", help="glob over names, e.g. 'conv*'")
     parser.add_argument("--config-dir", type=Path, help="a folder of your configs: its blocks/ are listed too")
     args = parser.parse_args(argv)
-    from modelforge.paths import conf_dir
+    from modelforge.config import conf_dir
 
     dirs = [*([args.config_dir] if args.config_dir else []), conf_dir()]
     print(format_listing(args.registry, args.pattern, dirs))

@@ -5,7 +5,7 @@ then (in ``run_job``) writes ``.hydra/`` and the log file in ``hydra.run.dir``. 
 a bad value, or a run directory that already holds a run, is claimed by another
 run or cannot be written, is refused here and leaves no directory behind and no
 earlier file changed. A config that passes claims the run directory here, atomically
-(:func:`modelforge.run_records.claim_run_dir`). The validated config and the claim
+(:func:`modelforge.train.records.claim_run_dir`). The validated config and the claim
 are handed to the task, which neither validates nor claims again.
 """
 
@@ -36,7 +36,7 @@ class CheckBeforeRun(Callback):
     """``on_run_start``: validate the run config and the run directory (single runs; sweep jobs check their own)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from modelforge.run_records import claim_run_dir
+        from modelforge.train.records import claim_run_dir
         from modelforge.train.run_config import validate_run_config
 
         # As run_job does first thing: lets ${hydra:...} in the task config resolve.
@@ -58,7 +58,7 @@ def take_validated(cfg: Any) -> Any:
 
 def forget_validated() -> None:
     """Drop a config (and a run directory claim) that no task took: it must not reach the next command."""
-    from modelforge.run_records import forget_claims_for_tasks
+    from modelforge.train.records import forget_claims_for_tasks
 
     _validated.clear()
     forget_claims_for_tasks()

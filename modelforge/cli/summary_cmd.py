@@ -8,14 +8,14 @@ from omegaconf import DictConfig
 
 from modelforge.build import build_model, model_config_from_run
 from modelforge.hooks import build_hook_plugins
-from modelforge.summary import format_summary, summarize
+from modelforge.inspect.summary import format_summary, summarize
 
 
 def summary_task(cfg: DictConfig) -> None:
     """Build, attach any hook plugins, run one dummy batch and print the table (and draw the graph if asked)."""
     graph = (cfg.get("summary") or {}).get("graph")
     if graph:
-        from modelforge.model_graph import check_picture_path
+        from modelforge.inspect.model_graph import check_picture_path
 
         check_picture_path(graph)  # before any work
     model_cfg = model_config_from_run(cfg)
@@ -31,6 +31,6 @@ def summary_task(cfg: DictConfig) -> None:
     print()
     print(format_summary(model, rows, model.input_shape, expand=bool((cfg.get("summary") or {}).get("expand"))))
     if graph:  # summary.graph=model.svg: a picture of the module graph, skips drawn as arcs
-        from modelforge.model_graph import draw_model_graph
+        from modelforge.inspect.model_graph import draw_model_graph
 
         print(f"module graph written to {draw_model_graph(model, model.input_shape, graph, title=model_cfg['name'])}")

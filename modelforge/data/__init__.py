@@ -21,7 +21,7 @@ from modelforge.data.mnist_files import (
 )
 
 if TYPE_CHECKING:
-    from modelforge.data.datamodule import MNISTDataModule, MnistBatches, random_shift
+    from modelforge.data.datamodule import MnistBatches, MNISTDataModule, random_shift
 
 __all__ = [
     "IMAGES_MAGIC",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from modelforge.options import check_call
+from modelforge.config import check_call
 from modelforge.registry import DATAMODULES
 
 

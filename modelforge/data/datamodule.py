@@ -18,7 +18,12 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from modelforge.data.datasets import KNOWN_DATASETS, MNIST, IdxDataset
-from modelforge.data.mnist_files import DOWNLOAD_TIMEOUT_S, MNIST_FILES, MnistFile, load_mnist
+from modelforge.data.mnist_files import (
+    DOWNLOAD_TIMEOUT_S,
+    MNIST_FILES,
+    MnistFile,
+    load_mnist,
+)
 from modelforge.data.shuffle import ResumableShuffle
 from modelforge.errors import ConfigError, UnknownNameError
 
@@ -259,7 +264,7 @@ class IdxDataModule(pl.LightningDataModule):
         if getattr(self.trainer, "world_size", 1) > 1:
             # Lightning swaps in a DistributedSampler (shuffling, seeded per epoch) under DDP.
             return self._loader(dataset, self.batch_size, shuffle=True)
-        # Shuffled by a sampler whose position a checkpoint keeps (modelforge.train.resume_state);
+        # Shuffled by a sampler whose position a checkpoint keeps (modelforge.train.checkpoints);
         # its seed comes from the global seed (`seed=`), which makes the order repeatable.
         self.train_sampler = ResumableShuffle(len(dataset), seed=torch.initial_seed() % 2**62)
         if self._resume_at is not None:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelforge.data.mnist_files import MIRRORS, MNIST_FILES, MnistFile, register_known_files
+from modelforge.data.mnist_files import (
+    MIRRORS,
+    MNIST_FILES,
+    MnistFile,
+    register_known_files,
+)
 
 
 @dataclass(frozen=True)

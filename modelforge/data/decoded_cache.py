@@ -25,8 +25,8 @@ import logging
 import time
 from pathlib import Path
 
-from modelforge.atomic_io import write_bytes
-from modelforge.paths import user_cache_dir
+from modelforge.config import user_cache_dir
+from modelforge.train.records import write_bytes
 
 log = logging.getLogger(__name__)
 STALE_TEMP_S = 600.0  # a temp file this old is a killed writer's, not a running one's

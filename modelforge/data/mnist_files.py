@@ -18,10 +18,16 @@ from pathlib import Path
 
 import torch
 
+from modelforge.config import user_cache_dir
 from modelforge.data import decoded_cache
-from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, gunzip, parse_idx, read_file_bytes
+from modelforge.data.idx import (
+    IMAGES_MAGIC,
+    LABELS_MAGIC,
+    gunzip,
+    parse_idx,
+    read_file_bytes,
+)
 from modelforge.errors import DataError
-from modelforge.paths import user_cache_dir
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from modelforge.config import signature_defaults
 from modelforge.errors import ConfigError
-from modelforge.options import signature_defaults
 from modelforge.registry import MODELS
 
 

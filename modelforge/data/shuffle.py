@@ -3,7 +3,7 @@
 The order of epoch ``e`` is ``randperm(n)`` from a generator seeded with ``seed + e`` (as
 ``DistributedSampler`` does), so it depends on nothing but the seed and the epoch; a resumed
 run gets the epoch and the number of samples already served from the checkpoint
-(:mod:`modelforge.train.resume_state`) and skips those.
+(:mod:`modelforge.train.checkpoints`) and skips those.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from modelforge.hooks.ablate import Ablate, AblateOptions
 from modelforge.hooks.activation_stats import ActivationStats, ActivationStatsOptions
 from modelforge.hooks.base import HookHandle, HookPlugin, PluginOptions
 from modelforge.hooks.build import build_hook_plugins, check_precision
+from modelforge.hooks.conf_store import store_hook_defaults
 from modelforge.hooks.feature_capture import FeatureCapture, FeatureCaptureOptions
 from modelforge.hooks.grad_cam import CamResult, GradCam, GradCamOptions
 from modelforge.hooks.grad_clip import GradClip, GradClipOptions
@@ -17,7 +18,6 @@ from modelforge.hooks.grad_monitor import GradMonitor, GradMonitorOptions
 from modelforge.hooks.input_noise import InputNoise, InputNoiseOptions
 from modelforge.hooks.targets import Target, select_targets
 from modelforge.hooks.verbose import Verbose, VerboseOptions
-from modelforge.hooks.conf_store import store_hook_defaults
 
 store_hook_defaults()
 

@@ -30,6 +30,7 @@ from modelforge.hooks.base import SCALED_PRECISIONS, HookPlugin, PluginOptions
 from modelforge.hooks.targets import Target
 from modelforge.registry import HOOKS
 
+
 @dataclass
 class GradClipOptions(PluginOptions):
     """Options of ``hooks.grad_clip``: gradients are clamped to ``[-value, value]``."""

@@ -31,7 +31,12 @@ import torch
 from torch import Tensor
 
 from modelforge.errors import ConfigError
-from modelforge.hooks.base import SCALED_PRECISIONS, HookPlugin, PluginOptions, require_at_least
+from modelforge.hooks.base import (
+    SCALED_PRECISIONS,
+    HookPlugin,
+    PluginOptions,
+    require_at_least,
+)
 from modelforge.hooks.targets import Target
 from modelforge.registry import HOOKS
 

@@ -24,8 +24,8 @@ from torch import nn
 
 from modelforge.hooks.base import HookPlugin, PluginOptions, require_at_least
 from modelforge.hooks.targets import Target
+from modelforge.inspect.summary import describe_output
 from modelforge.registry import HOOKS
-from modelforge.summary import describe_output
 
 log = logging.getLogger(__name__)
 

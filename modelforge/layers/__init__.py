@@ -6,7 +6,14 @@ Importing this package registers the built-in names.
 from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import Add, Concat, ConvBlock, LinearBlock, Pool
 from modelforge.layers.initializers import initialize, make_init_fn, make_initializer
-from modelforge.layers.tensor_ops import ClassToken, Chunk, PositionEmbedding, Select, Split, Transpose
+from modelforge.layers.tensor_ops import (
+    Chunk,
+    ClassToken,
+    PositionEmbedding,
+    Select,
+    Split,
+    Transpose,
+)
 
 __all__ = [
     "Add",

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from modelforge.errors import ConfigError
-from modelforge.flops import counts_from_children
+from modelforge.inspect.flops import counts_from_children
 from modelforge.layers.activations import make_activation
 from modelforge.registry import BLOCKS
 

@@ -12,9 +12,13 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
-from modelforge.config import require_positive, require_probability, schema_from_signature
+from modelforge.config import (
+    require_positive,
+    require_probability,
+    schema_from_signature,
+)
 from modelforge.errors import ConfigError
-from modelforge.flops import counts_from_children
+from modelforge.inspect.flops import counts_from_children
 from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import ConvBlock, LinearBlock
 from modelforge.layers.initializers import initialize

@@ -17,10 +17,10 @@ def store_model_defaults(names: tuple[str, ...]) -> None:
     """Put these models' defaults in Hydra's ConfigStore as ``model_defaults/<name>``."""
     from hydra.core.config_store import ConfigStore
 
-    from modelforge.config import signature_defaults
+    from modelforge.config import schema_defaults
 
     store = ConfigStore.instance()
     for name in names:
         schema = MODELS.schema(name)
         if schema is not None:
-            store.store(group=DEFAULTS_GROUP, name=name, node=signature_defaults(schema), provider="modelforge")
+            store.store(group=DEFAULTS_GROUP, name=name, node=schema_defaults(schema), provider="modelforge")

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from modelforge.config import require_positive, schema_from_signature
 from modelforge.errors import ConfigError
-from modelforge.flops import counts_from_children
+from modelforge.inspect.flops import counts_from_children
 from modelforge.layers.initializers import initialize
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.models.graph_build import Graph, GraphBuilder

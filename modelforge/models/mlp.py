@@ -12,8 +12,12 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from modelforge.config import require_positive, require_probability, schema_from_signature
-from modelforge.flops import counts_from_children
+from modelforge.config import (
+    require_positive,
+    require_probability,
+    schema_from_signature,
+)
+from modelforge.inspect.flops import counts_from_children
 from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import LinearBlock
 from modelforge.layers.initializers import initialize

@@ -35,9 +35,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from modelforge.atomic_io import write_text
 from modelforge.errors import ConfigError
-from modelforge.run_records import check_sweep_dir, refuse
 from modelforge.sweep.planned import NOT_RUN, not_run_rows, planned_jobs
 from modelforge.sweep.summary import (
     METRICS_FILE,
@@ -47,6 +45,7 @@ from modelforge.sweep.summary import (
     swept_overrides,
     write_summary,
 )
+from modelforge.train.records import check_sweep_dir, refuse, write_text
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelforge.atomic_io import write_text
+from modelforge.train.records import write_text
 
 METRICS_FILE = "metrics.json"
 # Columns after the monitored metric; the monitor itself comes first (see `columns`).

@@ -12,7 +12,12 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from modelforge.optim import build_scheduler, configure_optimizers, planned_epochs, schedule_length
+from modelforge.train.optim import (
+    build_scheduler,
+    configure_optimizers,
+    planned_epochs,
+    schedule_length,
+)
 
 STAGES = ("train", "val", "test")
 STEP_LOSS_DISPLAY_S = 0.5  # how often a bar other than modelforge's gets the step loss logged for it

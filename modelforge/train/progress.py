@@ -108,7 +108,9 @@ if _RICH_AVAILABLE:
             return f"{_epoch(self.trainer):{len(self.validation_description)}}"
 
         def configure_columns(self, trainer: pl.Trainer) -> list:
-            from pytorch_lightning.callbacks.progress.rich_progress import CustomBarColumn
+            from pytorch_lightning.callbacks.progress.rich_progress import (
+                CustomBarColumn,
+            )
 
             columns = super().configure_columns(trainer)
             theme = self.theme

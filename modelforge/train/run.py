@@ -21,24 +21,33 @@ from omegaconf import DictConfig
 from modelforge.build import build_model
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
-from modelforge.console import quiet_third_party, run_log
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
-from modelforge.run_records import claim_run_dir
-from modelforge.stops import Terminated
-from modelforge.summary import describe_model
-from modelforge.train.callbacks import early_stop_summary
-from modelforge.train.checkpoint import check_fits, load_checkpoint
+from modelforge.inspect.summary import describe_model
+from modelforge.train.checkpoints import check_fits, failure_record, load_checkpoint
+from modelforge.train.console import quiet_third_party, run_log
 from modelforge.train.ddp_teardown import ddp_run_scope
-from modelforge.train.outcome import failure_record, stop_reason, write_metrics
 from modelforge.train.module import ClassifierModule
+from modelforge.train.records import (
+    claim_run_dir,
+    current_run_dir,
+    write_json,
+    write_metrics,
+    write_setup_failure,
+    write_yaml,
+)
 from modelforge.train.run_config import RunConfig, validate_run_config
-from modelforge.train.signals import ReceivedSignal, stop_signals
-from modelforge.train.rundir import current_run_dir, write_json, write_setup_failure, write_yaml
+from modelforge.train.stopping import (
+    ReceivedSignal,
+    Terminated,
+    stop_reason,
+    stop_signals,
+)
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
     check_trainer_options,
+    early_stop_summary,
     format_metrics,
     hydra_overrides,
 )

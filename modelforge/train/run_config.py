@@ -19,18 +19,29 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 from torch import nn
 
-from modelforge.build import build_checked_model, model_config_from_run, validate_model_config
-from modelforge.config import MODEL_SHORTCUTS, check_type, load_config, require_probability
-from modelforge.errors import CheckpointError, UnknownNameError
-from modelforge.hooks import HookPlugin, build_hook_plugins
-from modelforge.optim import validate_optim
-from modelforge.resources import allocation_errors
+from modelforge.build import (
+    build_checked_model,
+    model_config_from_run,
+    validate_model_config,
+)
+from modelforge.config import (
+    MODEL_SHORTCUTS,
+    check_type,
+    load_config,
+    require_probability,
+)
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
-from modelforge.train.trainer import build_datamodule, hydra_overrides
-from modelforge.train.callbacks import build_callbacks
-from modelforge.train.loggers import check_loggers
-from modelforge.train.run_safety import divergence_bound
-from modelforge.train.trainer_options import check_trainer_options
+from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
+from modelforge.hooks import HookPlugin, build_hook_plugins
+from modelforge.train.optim import validate_optim
+from modelforge.train.stopping import divergence_bound
+from modelforge.train.trainer import (
+    build_callbacks,
+    build_datamodule,
+    check_loggers,
+    check_trainer_options,
+    hydra_overrides,
+)
 
 # What ClassifierModule logs at each validation: what picks the best checkpoint, and what
 # train() returns for sweepers.

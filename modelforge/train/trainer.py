@@ -2,26 +2,45 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import logging
+import math
+import typing
+import warnings
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint, ProgressBar
+from pytorch_lightning.callbacks import (
+    Callback,
+    EarlyStopping,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ProgressBar,
+    Timer,
+)
+from pytorch_lightning.loggers import Logger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
+from modelforge.config import check_call, check_type, signature_defaults
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
-from modelforge.console import verbose
-from modelforge.train.callbacks import build_callbacks
-from modelforge.train.checkpoint_io import AtomicCheckpointIO
-from modelforge.train.interrupted import INTERRUPTED_CKPT, CheckpointOnException
-from modelforge.train.last_checkpoint import LastCheckpoint
-from modelforge.train.loggers import build_loggers, step_log_interval
+from modelforge.errors import ConfigError, UnknownNameError, closest_names
+from modelforge.lazy import LazyClass, resolve_class
+from modelforge.registry import CALLBACKS, LOGGERS
+from modelforge.train.checkpoints import (
+    INTERRUPTED_CKPT,
+    AtomicCheckpointIO,
+    CheckpointOnException,
+    LastCheckpoint,
+    ResumeState,
+)
+from modelforge.train.console import verbose
 from modelforge.train.progress import progress_bar
-from modelforge.train.run_safety import run_safety_callbacks
-from modelforge.train.trainer_options import check_trainer_options  # noqa: F401 - re-exported
-from modelforge.train.trainer_options import lightning_refusal
+from modelforge.train.stopping import DivergenceGuard, divergence_bound
 
 
 def default_precision(accelerator: str) -> str:
@@ -97,3 +116,232 @@ def format_metrics(metrics: Mapping[str, Any], run_dir: Path) -> str:
     width = max((len(k) for k, _ in rows), default=0)
     rule = "-" * (width + 14)
     return "\n".join([rule, *[f"{k.ljust(width)}  {v}" for k, v in rows], rule, f"run directory: {run_dir}"])
+
+
+# Set by modelforge itself; a user value would silently fight the run directory layout.
+RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
+_RESERVED_HINTS = {
+    "logger": "choose loggers with the logger group: logger=csv, logger=[csv,tensorboard]",
+    "callbacks": "add Lightning callbacks with the callbacks group: callbacks=[early_stopping,lr_monitor]",
+    "default_root_dir": "runs go to hydra.run.dir",
+}
+
+
+@functools.cache
+def trainer_argument_types() -> dict[str, Any]:
+    """Each ``pl.Trainer`` argument a config may set, with its annotation (from the installed Lightning)."""
+    names = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self", *RESERVED_TRAINER_KEYS}
+    hints = typing.get_type_hints(pl.Trainer.__init__)
+    return {name: hints.get(name, Any) for name in sorted(names)}
+
+
+def check_accelerator(options: Mapping[str, Any]) -> None:
+    """Accelerator and strategy names Lightning knows, and a GPU only where there is one."""
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    names = {
+        "accelerator": ["auto", "gpu", *AcceleratorRegistry.available_accelerators()],
+        "strategy": ["auto", *StrategyRegistry.available_strategies()],
+    }
+    for key, allowed in names.items():
+        value = options.get(key, "auto")
+        if isinstance(value, str) and value not in allowed:
+            raise UnknownNameError(key, value, allowed, path=f"trainer.{key}")
+    accelerator = str(options.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            "trainer.accelerator",
+            f"{accelerator!r} asked for, but this machine has no CUDA GPU that torch can use "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False)",
+            allowed="auto, cpu" + (", mps" if torch.backends.mps.is_available() else ""),
+            hint="trainer=ddp_cpu runs DDP as CPU processes; trainer.accelerator=auto uses a GPU when there is one",
+        )
+
+
+def check_trainer_options(options: Mapping[str, Any]) -> None:
+    """Every ``trainer.*`` key must be a ``pl.Trainer`` argument modelforge does not set, of its type."""
+    accepted = trainer_argument_types()
+    for key, value in options.items():
+        if key in RESERVED_TRAINER_KEYS:
+            raise ConfigError(f"trainer.{key}", "is set by modelforge", hint=_RESERVED_HINTS[key])
+        if key not in accepted:
+            raise ConfigError(f"trainer.{key}", f"pl.Trainer takes no argument {key!r}",
+                              suggestions=closest_names(key, accepted), allowed=sorted(accepted))
+        check_type(value, accepted[key], f"trainer.{key}")
+    check_accelerator(options)
+    _check_values_with_lightning(options)
+
+
+def lightning_refusal(exc: Exception) -> ConfigError:
+    """Lightning's word on the ``trainer.*`` values, as modelforge's error."""
+    return ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got")
+
+
+def _check_values_with_lightning(options: Mapping[str, Any]) -> None:
+    """Lightning's own checks of the values (ranges, combinations such as ``max_epochs=-5``), before
+    any run directory exists: a Trainer with nothing to write is built and thrown away (~5 ms)."""
+    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+             "enable_model_summary": False}
+    lightning_log = logging.getLogger("pytorch_lightning")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.ERROR)  # its device banner comes once, from the run's own Trainer
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pl.Trainer(**{**options, **quiet})
+    except (MisconfigurationException, ValueError) as exc:
+        raise lightning_refusal(exc) from None
+    finally:
+        lightning_log.setLevel(level)
+
+
+log = logging.getLogger("modelforge.train")
+
+
+def build_callbacks(callbacks_cfg: Mapping[str, Any] | None, monitor: str = "val/acc") -> list[Callback]:
+    """The callbacks of ``callbacks_cfg``, in order; a monitored one's ``mode`` follows its metric."""
+    if not callbacks_cfg:
+        return []
+    if not isinstance(callbacks_cfg, Mapping):
+        raise ConfigError("callbacks", f"expected a mapping of callback names to options, got {callbacks_cfg!r}",
+                          hint="callbacks=[early_stopping,lr_monitor] callbacks.early_stopping.patience=2")
+    built: list[Callback] = []
+    for name, options in callbacks_cfg.items():
+        path = f"callbacks.{name}"
+        factory = CALLBACKS.get(name, path=path)
+        options = dict(options or {})
+        accepted = signature_defaults(resolve_class(factory))
+        if "monitor" in accepted and accepted["monitor"] is not None and "monitor" not in options:
+            options["monitor"] = monitor  # required by EarlyStopping: the run's monitor by default
+        if "mode" in accepted and "mode" not in options and isinstance(options.get("monitor"), str):
+            options["mode"] = "min" if options["monitor"].endswith("loss") else "max"
+        check_call(factory, options, path, f"callback {name!r}")
+        try:
+            callback = factory(**options)
+        except (MisconfigurationException, ValueError, TypeError) as exc:
+            raise ConfigError(path, f"callback {name!r} refused its options: {exc}") from None
+        if not isinstance(callback, Callback):
+            raise ConfigError(path, f"{type(callback).__name__} is not a Lightning Callback")
+        built.append(callback)
+    if any(isinstance(c, (EarlyStopping, Timer)) for c in built):
+        built.append(EarlyStopReport())
+    return built
+
+
+class EarlyStopReport(Callback):
+    """Says in the console and train.log when early stopping or the timer ended the run, and at which epoch.
+
+    (Lightning's own notices of it are held back with its other rank-zero notices: conf/hydra/job_logging/run.yaml.)
+    """
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        report = early_stop_summary(trainer)
+        if report and trainer.is_global_zero:
+            log.info("%s: stopped after epoch %d of at most %s: %s", report["stopped_by"],
+                     report["stopped_early_epoch"], trainer.max_epochs, report["stopped_early_reason"])
+
+
+def early_stop_summary(trainer: pl.Trainer) -> dict[str, Any]:
+    """For metrics.json: the epoch (1-based) at which early stopping or the timer ended the run, and why;
+    {} if neither did."""
+    for callback in trainer.early_stopping_callbacks:
+        if callback.stopped_epoch > 0 or trainer.should_stop and callback.stopping_reason_message:
+            return {"stopped_by": "early stopping", "stopped_early_epoch": callback.stopped_epoch + 1,
+                    "stopped_early_reason": " ".join((callback.stopping_reason_message or "").split())}
+    for callback in trainer.callbacks:
+        remaining = callback.time_remaining() if isinstance(callback, Timer) else None
+        if remaining is not None and remaining <= 0:
+            elapsed = timedelta(seconds=int(callback.time_elapsed()))
+            return {"stopped_by": "timer", "stopped_early_epoch": max(trainer.current_epoch, 1),
+                    "stopped_early_reason": f"time limit reached after {elapsed} of training"}
+    return {}
+
+
+# Lightning's interval for Trainer(log_every_n_steps=None), which conf/trainer/default.yaml spells out.
+DEFAULT_LOG_EVERY_N_STEPS = 50
+
+
+def _placement(name: str, run_dir: Path) -> dict[str, Any]:
+    """Where a logger writes inside the run directory, as keyword arguments."""
+    if name in ("csv", "tensorboard"):
+        return {"save_dir": str(run_dir), "name": "logs", "version": ""}  # RUN/logs/
+    if name == "mlflow":
+        return {"tracking_uri": f"file:{run_dir / 'mlruns'}"}  # offline, inside the run
+    return {"save_dir": str(run_dir)}
+
+
+def logger_specs(logger_cfg: Any) -> dict[str, dict[str, Any]]:
+    """``{name: options}`` from the ``logger`` config: null, ``{name: csv}`` (older runs) or ``{csv: {...}, ...}``."""
+    if logger_cfg is None or logger_cfg is False:
+        return {}
+    if isinstance(logger_cfg, str):
+        return {logger_cfg: {}}
+    if not isinstance(logger_cfg, Mapping):
+        raise ConfigError("logger", f"expected logger names, got {logger_cfg!r}", hint="logger=[csv,tensorboard]")
+    if isinstance(logger_cfg.get("name"), str):
+        options = dict(logger_cfg)
+        return {options.pop("name"): options}
+    return {name: dict(options or {}) for name, options in logger_cfg.items()}
+
+
+def check_loggers(logger_cfg: Any, run_dir: Path = Path("RUN")) -> list[tuple[str, Any, dict[str, Any]]]:
+    """Each logger's (name, factory, keyword arguments), checked: known name, package installed, options."""
+    checked = []
+    for name, options in logger_specs(logger_cfg).items():
+        path = f"logger.{name}"
+        factory = LOGGERS.get(name, path=path)
+        missing = factory.missing_package() if isinstance(factory, LazyClass) else None
+        if missing is not None:
+            raise ConfigError(path, f"logger {name!r} needs the package {missing!r}, which is not installed",
+                              hint=f"pip install {missing}")
+        accepted = signature_defaults(resolve_class(factory))
+        placed = {k: v for k, v in _placement(name, run_dir).items() if k in accepted and k not in options}
+        check_call(factory, options, path, f"logger {name!r}", filled=placed)
+        checked.append((name, factory, {**placed, **options}))
+    return checked
+
+
+def build_loggers(logger_cfg: Any, run_dir: Path) -> list[Logger]:
+    """The loggers of ``logger_cfg``, writing under ``run_dir``; [] for none."""
+    loggers = []
+    for name, factory, kwargs in check_loggers(logger_cfg, run_dir):
+        try:
+            loggers.append(factory(**kwargs))
+        except (ValueError, TypeError, ImportError, ModuleNotFoundError) as exc:
+            raise ConfigError(f"logger.{name}", f"logger {name!r} refused its options: {exc}") from None
+    return loggers
+
+
+def step_log_interval(log_every_n_steps: int | None) -> list[Callback]:
+    """:class:`StepLogInterval` where the interval is Lightning's default, not a user's choice: None,
+    or the 50 it stands for (conf/trainer/default.yaml writes it out)."""
+    return [StepLogInterval()] if log_every_n_steps in (None, DEFAULT_LOG_EVERY_N_STEPS) else []
+
+
+class StepLogInterval(Callback):
+    """Lightning's default ``log_every_n_steps``, shortened to an epoch where an epoch is shorter.
+
+    With fewer batches per epoch than the interval (``trainer.limit_train_batches=5``, a small
+    data set) the loggers would get no step values at all, and Lightning warns so. Lightning
+    counts an epoch's batches (``fit_loop.setup_data``) where it checks them against the
+    interval: the interval is 1 until then, so the check passes, and is set once they are counted.
+    """
+
+    def __init__(self) -> None:
+        self.interval = DEFAULT_LOG_EVERY_N_STEPS
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self.interval = trainer.log_every_n_steps
+            trainer.log_every_n_steps = 1
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        batches = trainer.num_training_batches
+        fits = math.isfinite(batches) and batches > 0
+        trainer.log_every_n_steps = min(self.interval, int(batches)) if fits else self.interval
+
+
+def run_safety_callbacks(config: Mapping[str, Any]) -> list[Callback]:
+    """DivergenceGuard (``divergence.max_loss``) and ResumeState."""
+    return [DivergenceGuard(divergence_bound(config), config), ResumeState()]

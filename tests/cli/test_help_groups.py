@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from modelforge.paths import config_groups
+from modelforge.config import config_groups
 
 
 def test_help_lists_every_user_group_and_no_internal_one(run_main, tmp_path: Path) -> None:

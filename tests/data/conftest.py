@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.data_helpers import write_mnist_idx
 
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.data_helpers import write_idx_set, write_mnist_idx
 
 from modelforge.data import mnist_files
 from modelforge.data.build import build_datamodule
-from modelforge.data.datasets import FASHION_MNIST, MNIST, KNOWN_DATASETS
+from modelforge.data.datasets import FASHION_MNIST, KNOWN_DATASETS, MNIST
 from modelforge.errors import ConfigError, DataError
 from modelforge.registry import DATAMODULES
+from tests.data_helpers import write_idx_set, write_mnist_idx
 
 
 def test_builtin_data_sets_are_registered_with_their_own_tables() -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.data_helpers import write_mnist_idx
 
 from modelforge.data import decoded_cache, mnist_files
 from modelforge.data.build import build_datamodule
+from tests.data_helpers import write_mnist_idx
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.data_helpers import idx_bytes, write_idx
 
 from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, parse_idx, read_idx_bytes
 from modelforge.errors import DataError
+from tests.data_helpers import idx_bytes, write_idx
 
 IMAGES = torch.arange(3 * 28 * 28, dtype=torch.int64).remainder(256).to(torch.uint8).reshape(3, 28, 28)
 

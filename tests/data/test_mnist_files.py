@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.data_helpers import idx_bytes, write_idx, write_mnist_idx
 
-from modelforge.data.mnist_files import MNIST_FILES, load_mnist, read_checked, resolve_data_dir
+from modelforge.data.mnist_files import (
+    MNIST_FILES,
+    load_mnist,
+    read_checked,
+    resolve_data_dir,
+)
 from modelforge.errors import DataError
+from tests.data_helpers import idx_bytes, write_idx, write_mnist_idx
 
 T10K_LABELS = next(spec for spec in MNIST_FILES if spec.name == "t10k-labels-idx1-ubyte")
 

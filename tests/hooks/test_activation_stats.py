@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import pytorch_lightning as pl
-import torch
 
 from modelforge.hooks import build_hook_plugins
 from modelforge.train.hook_callback import HookPluginsCallback

@@ -8,7 +8,14 @@ import pytest
 from omegaconf import OmegaConf
 
 from modelforge.errors import ConfigError, UnknownNameError
-from modelforge.hooks import FeatureCapture, GradClip, GradMonitor, Verbose, build_hook_plugins, check_precision
+from modelforge.hooks import (
+    FeatureCapture,
+    GradClip,
+    GradMonitor,
+    Verbose,
+    build_hook_plugins,
+    check_precision,
+)
 from modelforge.registry import HOOKS
 from tests.hooks.conftest import REQUIRED_OPTIONS, options_for
 

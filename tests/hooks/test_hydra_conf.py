@@ -11,9 +11,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
+from modelforge.config import conf_dir
 from modelforge.errors import ConfigError
 from modelforge.hooks import GradClip, Verbose, build_hook_plugins
-from modelforge.paths import conf_dir
 from modelforge.registry import HOOKS
 
 HOOKS_DIR = conf_dir() / "hooks"

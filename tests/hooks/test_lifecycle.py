@@ -9,7 +9,13 @@ import torch
 
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.registry import HOOKS
-from tests.hooks.conftest import forward_backward, global_hook_count, hook_count, module_hooks, options_for
+from tests.hooks.conftest import (
+    forward_backward,
+    global_hook_count,
+    hook_count,
+    module_hooks,
+    options_for,
+)
 
 PLUGINS = HOOKS.names()
 

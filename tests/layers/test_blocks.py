@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 

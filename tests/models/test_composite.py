@@ -188,7 +188,7 @@ def test_model_params_reach_node_args_and_cannot_shadow_model_options() -> None:
 
 
 def test_the_resnet18_file_is_short() -> None:
-    from modelforge.paths import conf_dir
+    from modelforge.config import conf_dir
 
     lines = (conf_dir() / "model" / "resnet18.yaml").read_text().splitlines()
     assert len([line for line in lines if line.strip() and not line.strip().startswith("#")]) <= 25

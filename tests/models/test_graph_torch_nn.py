@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from modelforge import ConfigError, build_model
-from modelforge.paths import conf_dir
+from modelforge.config import conf_dir
 
 
 def _graph(nodes: dict, **extra) -> dict:

@@ -18,9 +18,8 @@ from torch import nn
 
 from modelforge import MODELS, ConfigError, build_model
 from modelforge.build import model_config_from_run
-from modelforge.config import signature_defaults
+from modelforge.config import conf_dir, schema_defaults
 from modelforge.models import CNN, MLP, build_graph, seed_cnn
-from modelforge.paths import conf_dir
 
 BUILTIN_MODELS = {"cnn": CNN, "seed_cnn": seed_cnn, "mlp": MLP, "graph": build_graph}
 SHIPPED = sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml"))
@@ -93,7 +92,7 @@ def test_schema_is_the_signature(name: str) -> None:
     params = {k: p.default for k, p in inspect.signature(BUILTIN_MODELS[name]).parameters.items() if k != "path"}
     fields = {f.name for f in dataclasses.fields(schema)}
     assert fields == {"name", *params}
-    defaults = signature_defaults(schema)
+    defaults = schema_defaults(schema)
     for key, default in params.items():
         expected = "???" if default is inspect.Parameter.empty else default
         if isinstance(expected, tuple):
@@ -102,7 +101,7 @@ def test_schema_is_the_signature(name: str) -> None:
 
 
 def test_seed_cnn_differences_are_the_variant_defaults() -> None:
-    cnn, seed = signature_defaults(MODELS.schema("cnn")), signature_defaults(MODELS.schema("seed_cnn"))
+    cnn, seed = schema_defaults(MODELS.schema("cnn")), schema_defaults(MODELS.schema("seed_cnn"))
     differ = {k: (cnn[k], seed[k]) for k in cnn if cnn[k] != seed[k]}
     assert differ == {
         "name": ("cnn", "seed_cnn"),

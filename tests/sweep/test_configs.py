@@ -9,7 +9,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from modelforge.build import model_config_from_run, validate_model_config
-from modelforge.paths import conf_dir
+from modelforge.config import conf_dir
 
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
 

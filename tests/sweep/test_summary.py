@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from modelforge.errors import ConfigError
 from modelforge.sweep.callback import record_failure, refresh_summary
 from modelforge.sweep.summary import (
     JobRow,
@@ -23,7 +24,6 @@ from modelforge.sweep.summary import (
     swept_overrides,
     write_summary,
 )
-from modelforge.errors import ConfigError
 
 
 def write_job(sweep: Path, job: str, **metrics: object) -> Path:

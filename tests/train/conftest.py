@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from modelforge.paths import conf_dir
+from modelforge.config import conf_dir
 from tests.data_helpers import write_mnist_idx
 
 # Real Hydra composition of conf/train.yaml, pointed at tiny data and kept quick.

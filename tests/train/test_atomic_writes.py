@@ -14,10 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from modelforge.atomic_io import DiskFullError, write_text, write_with
-from modelforge.train.checkpoint_io import AtomicCheckpointIO
-from modelforge.train.outcome import write_metrics
-from modelforge.train.rundir import write_json
+from modelforge.train.checkpoints import AtomicCheckpointIO
+from modelforge.train.records import (
+    DiskFullError,
+    write_json,
+    write_metrics,
+    write_text,
+    write_with,
+)
 from tests.train.conftest import tiny_cli_args
 
 
@@ -53,7 +57,7 @@ def test_a_failing_checkpoint_save_leaves_the_previous_checkpoint(tmp_path: Path
 
 
 def test_metrics_of_a_failing_run_are_never_what_fails_it(tmp_path: Path, capsys, monkeypatch) -> None:
-    import modelforge.train.rundir as rundir
+    import modelforge.train.records as rundir
 
     monkeypatch.setattr(rundir, "write_text", lambda path, text: write_with(path, _no_space))
     write_metrics(tmp_path / "metrics.json", {"status": "failed"}, failing=True)  # reported, not raised
@@ -78,7 +82,7 @@ def test_sigkill_mid_save_never_destroys_the_previous_checkpoint(tmp_path: Path)
     path = tmp_path / "ckpts" / "last.ckpt"
     script = textwrap.dedent(f"""
         import itertools, torch
-        from modelforge.train.checkpoint_io import AtomicCheckpointIO
+        from modelforge.train.checkpoints import AtomicCheckpointIO
         io = AtomicCheckpointIO()
         for i in itertools.count():
             io.save_checkpoint({{"i": i, "w": torch.full((500_000,), float(i))}}, {str(path)!r})

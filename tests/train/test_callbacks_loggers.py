@@ -10,15 +10,22 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import yaml
-from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, StochasticWeightAveraging, Timer
+from pytorch_lightning.callbacks import (
+    EarlyStopping,
+    LearningRateMonitor,
+    StochasticWeightAveraging,
+    Timer,
+)
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from modelforge.errors import ConfigError
 from modelforge.registry import CALLBACKS
 from modelforge.train import train
-from modelforge.train.callbacks import build_callbacks
-from modelforge.train.loggers import build_loggers
-from modelforge.train.trainer import check_trainer_options
+from modelforge.train.trainer import (
+    build_callbacks,
+    build_loggers,
+    check_trainer_options,
+)
 from tests.train.conftest import compose_train
 
 

@@ -10,7 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from modelforge.train.ddp_teardown import RankExitError, close_process_group, ddp_run_scope, reap_child_ranks
+from modelforge.train.ddp_teardown import (
+    RankExitError,
+    close_process_group,
+    ddp_run_scope,
+    reap_child_ranks,
+)
 
 
 def _rank(code: str) -> subprocess.Popen:

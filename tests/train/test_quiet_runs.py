@@ -73,7 +73,7 @@ _PYTHON_RUN = """
 import logging, sys
 from pathlib import Path
 from hydra import compose, initialize_config_dir
-from modelforge.paths import conf_dir
+from modelforge.config import conf_dir
 from modelforge.train import train  # Lightning is imported before logging is set up, as in a user's script
 
 data, run_dir, verbose = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "verbose"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modelforge.resources import ResourceError
+from modelforge.errors import ResourceError
 from modelforge.train import train
 from tests.train.conftest import compose_train, tiny_cli_args
 

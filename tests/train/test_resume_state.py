@@ -6,7 +6,7 @@ import warnings
 
 from pytorch_lightning.utilities.warnings import PossibleUserWarning
 
-from modelforge.train.resume_state import ResumeState
+from modelforge.train.checkpoints import ResumeState
 
 MID_EPOCH = ("You're resuming from a checkpoint that ended before the epoch ended and your dataloader is"
              " not resumable. This can cause unreliable results if further training is done.")

@@ -16,8 +16,8 @@ import torch
 import yaml
 
 from modelforge.errors import ConfigError
-from modelforge.run_records import CLAIM_FILE, claim_run_dir, forget_claims_for_tasks
 from modelforge.train import train
+from modelforge.train.records import CLAIM_FILE, claim_run_dir, forget_claims_for_tasks
 from tests.conftest import REPO
 from tests.train.conftest import TINY, compose_train
 

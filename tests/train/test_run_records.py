@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from modelforge.config import conf_dir
 from modelforge.errors import ConfigError
-from modelforge.paths import conf_dir
-from modelforge.run_records import KeepRunRecords, check_run_dir
 from modelforge.train import train
+from modelforge.train.records import KeepRunRecords, check_run_dir
 from tests.train.conftest import compose_train, tiny_cli_args
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from modelforge.stops import Interrupted
-
 from modelforge.train import evaluate, train
+from modelforge.train.stopping import Interrupted
 from tests.train.conftest import compose_train
 
 

@@ -4,7 +4,7 @@ Quiet by configuration, not by matching text. The job logging config
 (``conf/hydra/job_logging/run.yaml``) sets the level of each library logger whose INFO
 lines tell a user nothing; every run applies those levels, ``eval`` and runs from Python
 too (:func:`quiet_third_party`). Lightning's and Optuna's options prevent the rest
-(:mod:`modelforge.train.loggers`, :mod:`modelforge.sweep.optuna_logging`). Left here:
+(:mod:`modelforge.train.trainer`, :mod:`modelforge.sweep.optuna_logging`). Left here:
 deprecation warnings that one library raises about another, which no option prevents.
 Everything quieted comes back with ``hydra.verbose=true`` (root logger at DEBUG).
 
@@ -68,7 +68,7 @@ def _job_logging() -> dict[str, Any]:
     """``conf/hydra/job_logging/run.yaml``: what a CLI run's logging is, for a run from Python too."""
     import yaml
 
-    from modelforge.paths import conf_dir
+    from modelforge.config import conf_dir
 
     return yaml.safe_load((conf_dir() / "hydra" / "job_logging" / "run.yaml").read_text())
 

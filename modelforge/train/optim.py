@@ -20,9 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelforge.config import require_positive
+from modelforge.config import check_call, require_positive
 from modelforge.errors import ConfigError, UnknownNameError
-from modelforge.options import check_call
 from modelforge.registry import OPTIMIZERS, SCHEDULERS
 
 _LR_SCHEDULER = torch.optim.lr_scheduler

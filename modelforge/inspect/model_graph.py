@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.errors import ConfigError
-from modelforge.summary import describe_output
+from modelforge.inspect.summary import describe_output
 
 FORMATS = ("svg", "png", "pdf")
 

@@ -8,7 +8,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelforge.flops import FLOPS_PER_MAC, format_macs, forward_macs, zeros_forward
+from modelforge.inspect.flops import (
+    FLOPS_PER_MAC,
+    format_macs,
+    forward_macs,
+    zeros_forward,
+)
 
 
 @dataclass
@@ -21,7 +26,7 @@ class LayerRow:
     output_shape: str
     params: int
     buffers: int
-    macs: int = 0  # per sample, this module and its children (see modelforge.flops)
+    macs: int = 0  # per sample, this module and its children (see modelforge.inspect.flops)
     composite: bool = False  # a composite block's instance: its parts are shown only when expanded
 
 
@@ -39,7 +44,7 @@ def describe_output(output: Any) -> str:
 def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 2) -> list[LayerRow]:
     """Run one dummy batch through ``model`` (eval mode, no grad) and describe every module.
 
-    The same forward is counted (:func:`modelforge.flops.forward_macs`): each row's ``macs`` is per sample.
+    The same forward is counted (:func:`modelforge.inspect.flops.forward_macs`): each row's ``macs`` is per sample.
     """
     shapes: dict[str, str] = {}
     handles = []
@@ -120,7 +125,7 @@ def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[in
 
 def describe_model(model: nn.Module, input_shape: tuple[int, ...], name: str | None = None) -> str:
     """One line: ``cnn (CNN): 421,834 params, 4.24 M MACs per sample, input [1, 28, 28]``."""
-    from modelforge.flops import count_macs
+    from modelforge.inspect.flops import count_macs
 
     total, _ = count_macs(model, input_shape)
     params = sum(p.numel() for p in model.parameters())

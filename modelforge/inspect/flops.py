@@ -127,7 +127,9 @@ def forward_macs(model: nn.Module, run: Callable[[], Any], batch_size: int) -> d
         flops = {name: sum(v for n, v in own.items() if n == name or not name or n.startswith(name + "."))
                  if name in called else 0 for name in modules}
         return {name: value // per_sample for name, value in flops.items()}
-    from torch.utils.flop_counter import FlopCounterMode  # imports torch._dynamo on first use: see above
+    from torch.utils.flop_counter import (
+        FlopCounterMode,  # imports torch._dynamo on first use: see above
+    )
 
     with FlopCounterMode(display=False) as counter:
         run()

@@ -1,0 +1,348 @@
+"""Crash-safe writes: a temp file in the target's own directory, fsynced, then renamed.
+
+``os.replace`` within one directory is atomic on POSIX, so a reader (or a resume) sees the
+old file or the new one, never half of one; a SIGKILL mid-write leaves the old file and a
+``.NAME.*.tmp`` beside it. A failed write removes its temp file. A full disk is reported as
+one :class:`DiskFullError` naming the directory and the space the write needed.
+Lightning-free, so the sweep summary and the CLI can use it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from modelforge.errors import ConfigError, ModelforgeError
+
+
+class DiskFullError(ModelforgeError, OSError):
+    """No space left for a file of the run; the earlier files are kept."""
+
+    exit_code = 1
+
+    def __init__(self, path: Path, needed: int | None, free: int | None = None) -> None:
+        folder = path.parent
+        need = f"about {_size(needed)}" if needed else "more space"
+        have = f", {_size(free)} free" if free is not None else ""
+        super().__init__(errno.ENOSPC, f"no space left in {folder} to write {path.name}: it needs {need}{have}; "
+                         "the files written before are kept")
+        self.path, self.needed = path, needed
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int | None = None, *,
+               durable: bool = True) -> None:
+    """Call ``write(handle)`` on a temp file beside ``path``, fsync it, then rename it to ``path``.
+
+    ``needed`` (bytes, when known in advance) is what a full-disk message reports; otherwise
+    the bytes written before the disk filled up are. ``durable=False`` skips the fsyncs: still
+    all or nothing for readers and for a killed writer, but a power cut may leave a damaged file
+    (for caches, whose readers check what they read).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; the file gets what open() would give it
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        full = _is_disk_full(exc)
+        written = os.path.getsize(tmp) if full and os.path.exists(tmp) else None
+        free = _free(path.parent) if full else None  # measured before the temp file goes
+        _remove(tmp)
+        if full:
+            raise DiskFullError(path, needed or written, free) from None
+        raise
+    if durable:
+        _fsync_dir(path.parent)
+
+
+def write_bytes(path: str | Path, data: bytes, *, durable: bool = True) -> None:
+    """Atomically replace ``path`` with ``data`` (``durable``: as in :func:`write_with`)."""
+    write_with(path, lambda handle: handle.write(data), needed=len(data), durable=durable)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Atomically replace ``path`` with ``text`` (UTF-8)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    # torch.save reports a full disk as a RuntimeError from its zip writer, with the errno lost.
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("No space left" in text or "file write failed" in text
+                                              or "unexpected pos" in text)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
+def _free(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def _remove(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not every filesystem allows opening a directory.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+EXIT_CONFIG_ERROR = 2
+FINAL_RECORDS = ("metrics.json", "eval_metrics.json")  # written when a run ends, however it ends
+RUN_FILES = (*FINAL_RECORDS, "config.yaml")
+CLAIM_FILE = ".run_claim"  # who claimed the directory: pid, host, time, command
+SQLITE_PREFIX = "sqlite:///"
+
+# Directories a Hydra callback of this process claimed for the task Hydra runs next: that
+# task's own claim_run_dir takes the claim over, once.
+_claimed_for_task: set[str] = set()
+
+
+def run_records(run_dir: Path) -> list[Path]:
+    """The files in ``run_dir`` that record an earlier run (empty for a new directory)."""
+    found = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
+    return found + sorted((run_dir / "checkpoints").glob("*.ckpt"))
+
+
+def is_ddp_child() -> bool:
+    """True in a DDP rank that Lightning launched: it re-runs the command into its rank 0's run directory."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0) > 0
+
+
+def check_run_dir(run_dir: Path, command: str) -> None:
+    """Raise ConfigError when ``run_dir`` holds a run (``command`` would overwrite its record) or another run claimed it."""
+    if is_ddp_child():
+        return
+    if (run_dir / CLAIM_FILE).exists() and not any((run_dir / name).exists() for name in FINAL_RECORDS):
+        raise _taken(run_dir)  # its run is under way (or was killed before it could say how it ended)
+    found = run_records(run_dir)
+    if not found:
+        return
+    if command == "train":
+        hint = (f"pick a new directory, or resume with ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'} "
+                "(the resumed run gets a directory of its own)")
+    else:
+        hint = f"leave hydra.run.dir unset: `{command}` writes into a new directory of its own"
+    raise ConfigError("hydra.run.dir", f"{run_dir} already holds a run ({', '.join(p.name for p in found[:3])}); "
+                      "it is left untouched", hint=hint)
+
+
+def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = False) -> None:
+    """Make ``run_dir`` this run's own, atomically, or raise ConfigError; create it if need be.
+
+    Call it once every config check has passed and before anything is written there. A
+    directory that another run claimed and has not finished (it may have started this very
+    moment) is refused in one line naming it; one that holds a run, as :func:`check_run_dir` says. A DDP
+    rank other than 0 writes into its rank 0's directory and claims nothing. ``for_task``: a
+    Hydra callback claims for the task that Hydra runs next in this process, whose own call
+    takes the claim over instead of being refused.
+    """
+    if is_ddp_child():
+        return
+    key = os.path.abspath(run_dir)
+    if key in _claimed_for_task:
+        _claimed_for_task.discard(key)
+        return
+    check_run_dir(run_dir, command)
+    claim = run_dir / CLAIM_FILE
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+              "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        if not run_dir.is_dir():
+            raise _unwritable(run_dir, "it is a file") from None
+        raise _taken(run_dir) from None
+    except OSError as exc:
+        raise _unwritable(run_dir, exc.strerror or str(exc)) from None
+    try:
+        os.write(fd, json.dumps(holder).encode() + b"\n")  # the claim is made; this only says whose
+    except OSError:
+        pass  # a full disk: the run's own first write reports it
+    finally:
+        os.close(fd)
+    if for_task:
+        _claimed_for_task.add(key)
+
+
+def forget_claims_for_tasks() -> None:
+    """Drop claims made for a task that never ran: a later run in this process must claim anew."""
+    _claimed_for_task.clear()
+
+
+def _taken(run_dir: Path) -> ConfigError:
+    try:
+        holder = json.loads((run_dir / CLAIM_FILE).read_text())
+        by = f" (pid {holder['pid']} on {holder['host']}, since {holder['claimed_at']})"
+    except (OSError, ValueError, KeyError, TypeError):  # being written this very moment
+        by = ""
+    return ConfigError("hydra.run.dir", f"{run_dir} is taken by another run{by}; this run is refused and "
+                                        "writes nothing there: pick another directory")
+
+
+def _unwritable(run_dir: Path, why: str) -> ConfigError:
+    return ConfigError("hydra.run.dir", f"cannot write the run directory {run_dir}: {why}",
+                       hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run")
+
+
+def check_sweep_dir(config: DictConfig) -> None:
+    """Raise ConfigError when ``hydra.sweep.dir`` holds a sweep that this one is not continuing.
+
+    Continuing is what the Optuna sweeper does with a study stored in that directory: its
+    new jobs get new directories (``<num>_<launch id>``), so no finished job's record changes.
+    """
+    sweep_dir = Path(config.hydra.sweep.dir)
+    if not sweep_dir.is_dir():
+        return
+    earlier = [p for p in (sweep_dir / "multirun.yaml", sweep_dir / "summary.csv") if p.exists()]
+    earlier += sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
+    if not earlier or _continues_a_study(config, sweep_dir):
+        return
+    raise ConfigError("hydra.sweep.dir", f"{sweep_dir} already holds a sweep ({', '.join(p.name for p in earlier[:4])}"
+                      f"{', ...' if len(earlier) > 4 else ''}); it is left untouched",
+                      hint="pick a new hydra.sweep.dir (or leave it unset); an Optuna search "
+                           "(hparams_search=optuna) continues the study stored in its directory")
+
+
+def _continues_a_study(config: DictConfig, sweep_dir: Path) -> bool:
+    storage = str(config.hydra.sweeper.get("storage") or "")
+    if not storage.startswith(SQLITE_PREFIX):
+        return False
+    db = Path(storage[len(SQLITE_PREFIX):])
+    return db.is_file() and db.resolve().parent == sweep_dir.resolve()
+
+
+def refuse(exc: ConfigError) -> None:
+    """Print the error as the CLI does and exit 2 (a SystemExit passes Hydra's error printing)."""
+    print(f"error: {exc}", file=sys.stderr)
+    raise SystemExit(EXIT_CONFIG_ERROR)
+
+
+class KeepRunRecords(Callback):
+    """Claims the run directory (``eval``) before Hydra writes there: refuses one that holds or is claimed by a run."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            claim_run_dir(Path(config.hydra.run.dir), str(config.hydra.job.name), for_task=True)
+        except ConfigError as exc:
+            refuse(exc)
+
+
+def current_run_dir(fallback_root: str | Path = "outputs") -> Path:
+    """Hydra's output dir for this job, or a fresh unique folder when called without Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    # Time plus a random suffix: two runs started in the same second never share a folder.
+    # The CLI's layout (outputs/train/DATE/TIME_XXXXXX), relative to the working directory.
+    run_dir = Path(fallback_root) / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value`` with every NaN/inf float replaced by None, recursively (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Strict JSON (non-finite numbers as null), written atomically."""
+    write_text(path, json.dumps(finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> None:
+    write_text(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def write_setup_failure(run_dir: Path, exc: BaseException, record: dict[str, Any]) -> None:
+    """``metrics.json`` of a run that failed before training: status, error, and nothing else.
+
+    Rank 0 only (other DDP ranks run the same checks and fail alike); it never replaces a
+    ``metrics.json`` that is already there, and never creates ``run_dir``: a run that fails
+    before training leaves no run directory, or one whose ``metrics.json`` says why.
+    """
+    from pytorch_lightning.utilities.rank_zero import rank_zero_only
+
+    if getattr(rank_zero_only, "rank", 0) != 0 or not run_dir.is_dir() or (run_dir / "metrics.json").exists():
+        return
+    write_json(run_dir / "metrics.json", {"status": "failed", "stage": "setup",
+                                          "error": f"{type(exc).__name__}: {exc}", **record})
+
+
+def write_metrics(path: Path, metrics: dict[str, Any], failing: bool) -> None:
+    """Write metrics.json; while a run is already failing, a write error is reported, not raised.
+
+    Raising it would hide the run's own error (the one the user needs) behind this one.
+    """
+    try:
+        write_json(path, metrics)
+    except OSError as exc:
+        if not failing:
+            raise
+        print(f"error: could not write {path}: {exc}", file=sys.stderr)

@@ -1,0 +1,241 @@
+"""Why a training run stopped early, with the exit code the CLI reports for each reason.
+
+| status        | cause                                   | exit code        |
+|---------------|-----------------------------------------|------------------|
+| `terminated`  | SIGTERM (143), SIGUSR1 (138)            | 128 + signal     |
+| `interrupted` | Ctrl-C (SIGINT)                         | 130              |
+| `diverged`    | non-finite loss, or above `max_loss`    | 3                |
+
+(Bad input exits 2; any other failure 1.) A terminated or interrupted job also ends a sweep;
+a diverged one is a failed job of the sweep, which goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+from torch import Tensor
+
+from modelforge.errors import ConfigError, allocation_error, is_allocation_failure
+
+EXIT_DIVERGED = 3
+
+
+class RunStopped(Exception):
+    """Training stopped before its end for a reason the user should see in one message."""
+
+    status = "failed"
+    exit_code = 1
+    ends_sweep = False
+    resume_with: str | None = None  # "ckpt_path=..." once the run's checkpoint is known
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n  hint: resume with {self.resume_with}" if self.resume_with else text
+
+
+class Terminated(RunStopped):
+    """A signal asked the run to stop (a cluster preempting it, ``kill``, ``timeout``)."""
+
+    status = "terminated"
+    ends_sweep = True
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+        super().__init__(f"stopped by {signal.Signals(self.signum).name}")
+
+
+class Interrupted(RunStopped):
+    """Ctrl-C."""
+
+    status = "interrupted"
+    exit_code = 128 + signal.SIGINT
+    ends_sweep = True
+
+    def __init__(self) -> None:
+        super().__init__("stopped by Ctrl-C (SIGINT)")
+
+
+class Diverged(RunStopped):
+    """The training loss stopped being a number, or left the bound set for it."""
+
+    status = "diverged"
+    exit_code = EXIT_DIVERGED
+
+
+@dataclass
+class ReceivedSignal:
+    """The first stop signal this run got (None: none)."""
+
+    signum: int | None = None
+
+
+@contextmanager
+def stop_signals() -> Iterator[ReceivedSignal]:
+    """Handle SIGTERM/SIGUSR1 for the duration of a run; yields what was received."""
+    received = ReceivedSignal()
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # only the main thread may set handlers (e.g. a run inside a joblib thread)
+        return
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if received.signum is None:
+            received.signum = signum
+        # While Lightning's loops run, its own handler (installed over this one, and calling
+        # it) makes the loop stop at the end of the batch; outside them, stop here.
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+            raise Terminated(received.signum)
+
+    def on_sigusr1(signum: int, frame: FrameType | None) -> None:
+        if received.signum is None:
+            received.signum = signum
+        signal.raise_signal(signal.SIGTERM)
+
+    handlers = {signal.SIGTERM: on_sigterm}
+    if "SLURM_JOB_ID" not in os.environ:
+        handlers[signal.SIGUSR1] = on_sigusr1
+    saved = {s: signal.getsignal(s) for s in handlers}
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+    try:
+        yield received
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+class DivergenceGuard(Callback):
+    """Raises :class:`Diverged` naming the step, the loss and the likely causes.
+
+    Args:
+        max_loss: a finite loss above this also stops the run (None: only NaN and inf do).
+        config: the run config, to name the likely causes.
+        deferred: check each loss at the next step instead of at once; None: on a single CUDA GPU only.
+    """
+
+    def __init__(self, max_loss: float | None = None, config: Mapping[str, Any] | None = None,
+                 deferred: bool | None = None) -> None:
+        self.max_loss = None if max_loss is None else float(max_loss)
+        self.config = dict(config or {})
+        self.deferred = deferred
+        self._deferred = False  # this fit's choice (on_train_start)
+        # (the loss on the host, the event that says its copy is done, step, epoch)
+        self._pending: tuple[Tensor, torch.cuda.Event | None, int, int] | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        single_gpu = pl_module.device.type == "cuda" and trainer.world_size == 1
+        self._deferred = single_gpu if self.deferred is None else self.deferred
+        self._pending = None
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
+        value = _unscaled(trainer, loss.detach().float())
+        if not self._deferred:
+            self._check(float(value.item()), trainer, trainer.global_step, trainer.current_epoch)
+            return
+        self._check_pending(trainer)  # the previous step's loss: its copy is done unless the GPU lags a step
+        done = None
+        if value.is_cuda:
+            value = value.to("cpu", non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+        else:
+            value = value.clone()
+        self._pending = (value, done, trainer.global_step, trainer.current_epoch)
+
+    # Before anything that would keep or judge the weights a bad step left behind.
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_pending(trainer)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._check_pending(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_pending(trainer)
+
+    def _check_pending(self, trainer: pl.Trainer) -> None:
+        if self._pending is None:
+            return
+        value, done, step, epoch = self._pending
+        self._pending = None
+        if done is not None:
+            done.synchronize()
+        self._check(float(value), trainer, step, epoch)
+
+    def _check(self, value: float, trainer: pl.Trainer, step: int, epoch: int) -> None:
+        bad = not math.isfinite(value)
+        if not bad and (self.max_loss is None or value <= self.max_loss):
+            return
+        what = f"loss {value}" if bad else f"loss {value:.4g} above divergence.max_loss={self.max_loss:g}"
+        raise Diverged(f"training diverged at step {step} (epoch {epoch}): {what}. {self._causes(trainer)}")
+
+    def _causes(self, trainer: pl.Trainer) -> str:
+        optim = self.config.get("optim") or {}
+        causes = [f"a learning rate too high (optim.lr={optim.get('lr')}, optim={optim.get('name')}): try 10x lower"]
+        precision = str(trainer.precision)
+        if precision.startswith("16"):
+            causes.append(f"float16 overflow (trainer.precision={precision}): try bf16-mixed or 32-true")
+        else:
+            causes.append(f"numeric precision (trainer.precision={precision})")
+        causes.append("no gradient clipping (trainer.gradient_clip_val=1.0)")
+        return ("Likely causes: " + "; ".join(causes) +
+                ". trainer.detect_anomaly=true names the operation that first produced a NaN.")
+
+
+def _unscaled(trainer: pl.Trainer, loss: Tensor) -> Tensor:
+    """The loss itself: under ``16-mixed`` with a gradient scaler, Lightning hands callbacks the loss
+    already multiplied by the scale (65536 at first), which ``max_loss`` must not be compared with."""
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    if scaler is None or not scaler.is_enabled():
+        return loss
+    # The scale as a tensor on the loss's device: get_scale() would read it back to the host.
+    scale = scaler._get_scale_async() if hasattr(scaler, "_get_scale_async") else scaler.get_scale()
+    return loss / scale
+
+
+log = logging.getLogger(__name__)
+
+
+def stop_reason(exc: BaseException, trainer: pl.Trainer, received: ReceivedSignal,
+                model_cfg: Mapping[str, Any] | None) -> BaseException:
+    """The exception that says why the run stopped: ``exc`` itself, or a clearer one in its place.
+
+    Lightning ends a run stopped by SIGTERM with ``SIGTERMException`` (a SystemExit with status
+    0) and one stopped by Ctrl-C with ``sys.exit(1)``; both become :class:`RunStopped` here.
+    """
+    if isinstance(exc, RunStopped):
+        return exc
+    if isinstance(exc, SIGTERMException) or (received.signum is not None and isinstance(exc, SystemExit)):
+        return Terminated(received.signum or signal.SIGTERM)
+    if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and trainer.interrupted):
+        return Interrupted()
+    if is_allocation_failure(exc):
+        return allocation_error(exc, model_cfg, "while training")
+    return exc
+
+
+def divergence_bound(config: Mapping[str, Any]) -> float | None:
+    """``divergence.max_loss``, checked: None or a number > 0."""
+    divergence = dict(config.get("divergence") or {})
+    unknown = set(divergence) - {"max_loss"}
+    if unknown:
+        raise ConfigError(f"divergence.{sorted(unknown)[0]}", "unknown option", allowed="max_loss")
+    max_loss = divergence.get("max_loss")
+    if max_loss is not None and (isinstance(max_loss, bool) or not isinstance(max_loss, (int, float)) or max_loss <= 0):
+        raise ConfigError("divergence.max_loss", f"got {max_loss!r}", allowed="null or a number > 0")
+    return max_loss
+
+
