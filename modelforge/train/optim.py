@@ -124,9 +124,9 @@ def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, 
     return None
 
 
-def _onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float = 10.0,
+def _onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float = 1.0,
               pct_start: float = 0.25, last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
-    """One-cycle: warm up to lr * max_lr_factor, then anneal (OneCycleLR), every batch."""
+    """One-cycle: warm up to lr * max_lr_factor (1: optim.lr is the peak), then anneal (OneCycleLR), every batch."""
     require_positive(max_lr_factor, "sched.max_lr_factor")
     if not 0.0 < pct_start < 1.0:
         raise ConfigError("sched.pct_start", f"must be in (0, 1), got {pct_start}")

@@ -24,6 +24,7 @@ from modelforge.data.build import describe_data
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.summary import describe_model
+from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoints import check_fits, failure_record, load_checkpoint
 from modelforge.train.console import quiet_third_party, run_log
 from modelforge.train.ddp_teardown import ddp_run_scope
@@ -47,7 +48,6 @@ from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
     check_trainer_options,
-    early_stop_summary,
     format_metrics,
     hydra_overrides,
 )

@@ -33,12 +33,11 @@ from modelforge.config import (
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
+from modelforge.train.callbacks import build_callbacks, check_loggers
 from modelforge.train.optim import validate_optim
 from modelforge.train.stopping import divergence_bound
 from modelforge.train.trainer import (
-    build_callbacks,
     build_datamodule,
-    check_loggers,
     check_trainer_options,
     hydra_overrides,
 )

@@ -5,11 +5,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import typing
 import warnings
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +15,21 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import (
     Callback,
-    EarlyStopping,
     LearningRateMonitor,
     ModelCheckpoint,
     ProgressBar,
-    Timer,
 )
-from pytorch_lightning.loggers import Logger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from modelforge.config import check_call, check_type, signature_defaults
+from modelforge.config import check_type
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
-from modelforge.lazy import LazyClass, resolve_class
-from modelforge.registry import CALLBACKS, LOGGERS
+from modelforge.train.callbacks import (
+    DEFAULT_LOG_EVERY_N_STEPS,
+    StepLogInterval,
+    build_callbacks,
+    build_loggers,
+)
 from modelforge.train.checkpoints import (
     INTERRUPTED_CKPT,
     AtomicCheckpointIO,
@@ -83,7 +82,8 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
     callbacks = _hooks(plugins, run_dir) if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
     if logger:
-        callbacks += step_log_interval(options.get("log_every_n_steps"))
+        if options.get("log_every_n_steps") in (None, DEFAULT_LOG_EVERY_N_STEPS):  # Lightning's, not a user's choice
+            callbacks.append(StepLogInterval())
     if options.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_bar())  # a bar in a terminal, plain lines in a file or job log
     if options.get("enable_model_summary") is None:
@@ -194,152 +194,6 @@ def _check_values_with_lightning(options: Mapping[str, Any]) -> None:
         raise lightning_refusal(exc) from None
     finally:
         lightning_log.setLevel(level)
-
-
-log = logging.getLogger("modelforge.train")
-
-
-def build_callbacks(callbacks_cfg: Mapping[str, Any] | None, monitor: str = "val/acc") -> list[Callback]:
-    """The callbacks of ``callbacks_cfg``, in order; a monitored one's ``mode`` follows its metric."""
-    if not callbacks_cfg:
-        return []
-    if not isinstance(callbacks_cfg, Mapping):
-        raise ConfigError("callbacks", f"expected a mapping of callback names to options, got {callbacks_cfg!r}",
-                          hint="callbacks=[early_stopping,lr_monitor] callbacks.early_stopping.patience=2")
-    built: list[Callback] = []
-    for name, options in callbacks_cfg.items():
-        path = f"callbacks.{name}"
-        factory = CALLBACKS.get(name, path=path)
-        options = dict(options or {})
-        accepted = signature_defaults(resolve_class(factory))
-        if "monitor" in accepted and accepted["monitor"] is not None and "monitor" not in options:
-            options["monitor"] = monitor  # required by EarlyStopping: the run's monitor by default
-        if "mode" in accepted and "mode" not in options and isinstance(options.get("monitor"), str):
-            options["mode"] = "min" if options["monitor"].endswith("loss") else "max"
-        check_call(factory, options, path, f"callback {name!r}")
-        try:
-            callback = factory(**options)
-        except (MisconfigurationException, ValueError, TypeError) as exc:
-            raise ConfigError(path, f"callback {name!r} refused its options: {exc}") from None
-        if not isinstance(callback, Callback):
-            raise ConfigError(path, f"{type(callback).__name__} is not a Lightning Callback")
-        built.append(callback)
-    if any(isinstance(c, (EarlyStopping, Timer)) for c in built):
-        built.append(EarlyStopReport())
-    return built
-
-
-class EarlyStopReport(Callback):
-    """Says in the console and train.log when early stopping or the timer ended the run, and at which epoch.
-
-    (Lightning's own notices of it are held back with its other rank-zero notices: conf/hydra/job_logging/run.yaml.)
-    """
-
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        report = early_stop_summary(trainer)
-        if report and trainer.is_global_zero:
-            log.info("%s: stopped after epoch %d of at most %s: %s", report["stopped_by"],
-                     report["stopped_early_epoch"], trainer.max_epochs, report["stopped_early_reason"])
-
-
-def early_stop_summary(trainer: pl.Trainer) -> dict[str, Any]:
-    """For metrics.json: the epoch (1-based) at which early stopping or the timer ended the run, and why;
-    {} if neither did."""
-    for callback in trainer.early_stopping_callbacks:
-        if callback.stopped_epoch > 0 or trainer.should_stop and callback.stopping_reason_message:
-            return {"stopped_by": "early stopping", "stopped_early_epoch": callback.stopped_epoch + 1,
-                    "stopped_early_reason": " ".join((callback.stopping_reason_message or "").split())}
-    for callback in trainer.callbacks:
-        remaining = callback.time_remaining() if isinstance(callback, Timer) else None
-        if remaining is not None and remaining <= 0:
-            elapsed = timedelta(seconds=int(callback.time_elapsed()))
-            return {"stopped_by": "timer", "stopped_early_epoch": max(trainer.current_epoch, 1),
-                    "stopped_early_reason": f"time limit reached after {elapsed} of training"}
-    return {}
-
-
-# Lightning's interval for Trainer(log_every_n_steps=None), which conf/trainer/default.yaml spells out.
-DEFAULT_LOG_EVERY_N_STEPS = 50
-
-
-def _placement(name: str, run_dir: Path) -> dict[str, Any]:
-    """Where a logger writes inside the run directory, as keyword arguments."""
-    if name in ("csv", "tensorboard"):
-        return {"save_dir": str(run_dir), "name": "logs", "version": ""}  # RUN/logs/
-    if name == "mlflow":
-        return {"tracking_uri": f"file:{run_dir / 'mlruns'}"}  # offline, inside the run
-    return {"save_dir": str(run_dir)}
-
-
-def logger_specs(logger_cfg: Any) -> dict[str, dict[str, Any]]:
-    """``{name: options}`` from the ``logger`` config: null, ``{name: csv}`` (older runs) or ``{csv: {...}, ...}``."""
-    if logger_cfg is None or logger_cfg is False:
-        return {}
-    if isinstance(logger_cfg, str):
-        return {logger_cfg: {}}
-    if not isinstance(logger_cfg, Mapping):
-        raise ConfigError("logger", f"expected logger names, got {logger_cfg!r}", hint="logger=[csv,tensorboard]")
-    if isinstance(logger_cfg.get("name"), str):
-        options = dict(logger_cfg)
-        return {options.pop("name"): options}
-    return {name: dict(options or {}) for name, options in logger_cfg.items()}
-
-
-def check_loggers(logger_cfg: Any, run_dir: Path = Path("RUN")) -> list[tuple[str, Any, dict[str, Any]]]:
-    """Each logger's (name, factory, keyword arguments), checked: known name, package installed, options."""
-    checked = []
-    for name, options in logger_specs(logger_cfg).items():
-        path = f"logger.{name}"
-        factory = LOGGERS.get(name, path=path)
-        missing = factory.missing_package() if isinstance(factory, LazyClass) else None
-        if missing is not None:
-            raise ConfigError(path, f"logger {name!r} needs the package {missing!r}, which is not installed",
-                              hint=f"pip install {missing}")
-        accepted = signature_defaults(resolve_class(factory))
-        placed = {k: v for k, v in _placement(name, run_dir).items() if k in accepted and k not in options}
-        check_call(factory, options, path, f"logger {name!r}", filled=placed)
-        checked.append((name, factory, {**placed, **options}))
-    return checked
-
-
-def build_loggers(logger_cfg: Any, run_dir: Path) -> list[Logger]:
-    """The loggers of ``logger_cfg``, writing under ``run_dir``; [] for none."""
-    loggers = []
-    for name, factory, kwargs in check_loggers(logger_cfg, run_dir):
-        try:
-            loggers.append(factory(**kwargs))
-        except (ValueError, TypeError, ImportError, ModuleNotFoundError) as exc:
-            raise ConfigError(f"logger.{name}", f"logger {name!r} refused its options: {exc}") from None
-    return loggers
-
-
-def step_log_interval(log_every_n_steps: int | None) -> list[Callback]:
-    """:class:`StepLogInterval` where the interval is Lightning's default, not a user's choice: None,
-    or the 50 it stands for (conf/trainer/default.yaml writes it out)."""
-    return [StepLogInterval()] if log_every_n_steps in (None, DEFAULT_LOG_EVERY_N_STEPS) else []
-
-
-class StepLogInterval(Callback):
-    """Lightning's default ``log_every_n_steps``, shortened to an epoch where an epoch is shorter.
-
-    With fewer batches per epoch than the interval (``trainer.limit_train_batches=5``, a small
-    data set) the loggers would get no step values at all, and Lightning warns so. Lightning
-    counts an epoch's batches (``fit_loop.setup_data``) where it checks them against the
-    interval: the interval is 1 until then, so the check passes, and is set once they are counted.
-    """
-
-    def __init__(self) -> None:
-        self.interval = DEFAULT_LOG_EVERY_N_STEPS
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            self.interval = trainer.log_every_n_steps
-            trainer.log_every_n_steps = 1
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        batches = trainer.num_training_batches
-        fits = math.isfinite(batches) and batches > 0
-        trainer.log_every_n_steps = min(self.interval, int(batches)) if fits else self.interval
 
 
 def run_safety_callbacks(config: Mapping[str, Any]) -> list[Callback]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
-import yaml
+from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import (
     EarlyStopping,
     LearningRateMonitor,
@@ -21,46 +21,61 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from modelforge.errors import ConfigError
 from modelforge.registry import CALLBACKS
 from modelforge.train import train
-from modelforge.train.trainer import (
-    build_callbacks,
-    build_loggers,
-    check_trainer_options,
-)
+from modelforge.train.callbacks import build_callbacks, build_loggers
+from modelforge.train.trainer import check_trainer_options
 from tests.train.conftest import compose_train
 
 
-def test_callbacks_are_built_by_name_with_their_own_arguments() -> None:
-    built = build_callbacks({"early_stopping": {"patience": 2}, "lr_monitor": {}, "swa": {"swa_lrs": 0.01},
-                             "timer": {"duration": "00:00:10:00"}}, monitor="val/loss")
-    stop, lr, swa, timer, report = built
+def chosen(group: str, *overrides: str) -> dict:
+    """The ``group`` section of the train config Hydra composes from ``overrides`` (conf/ as shipped)."""
+    return OmegaConf.to_container(compose_train(Path("unused"), *overrides)[group], resolve=True)
+
+
+def test_callbacks_are_built_from_their_config_targets_with_their_own_arguments() -> None:
+    cfg = chosen("callbacks", "callbacks=[early_stopping,lr_monitor,swa,timer]", "callbacks.early_stopping.patience=2",
+                 "callbacks.swa.swa_lrs=0.01", "callbacks.timer.duration=00:00:10:00")
+    assert cfg["early_stopping"]["_target_"] == "pytorch_lightning.callbacks.EarlyStopping"
+    stop, lr, swa, timer, report = build_callbacks(cfg, monitor="val/loss")
     assert isinstance(stop, EarlyStopping) and stop.patience == 2 and stop.monitor == "val/loss" and stop.mode == "min"
     assert isinstance(lr, LearningRateMonitor) and isinstance(swa, StochasticWeightAveraging)
     assert isinstance(timer, Timer) and type(report).__name__ == "EarlyStopReport"
-    assert build_callbacks({"early_stopping": {}})[0].mode == "max"  # val/acc: higher is better
+    assert build_callbacks(chosen("callbacks", "callbacks=[early_stopping]"))[0].mode == "max"  # val/acc
 
 
 def test_the_progress_bar_and_model_summary_callbacks_take_the_shipped_yaml() -> None:
     from pytorch_lightning.callbacks import ModelSummary, RichProgressBar
 
     pytest.importorskip("rich")
-    conf = Path(__file__).resolve().parents[2] / "conf" / "callbacks"
-    options = {name: yaml.safe_load((conf / f"{name}.yaml").read_text()) for name in ("rich_progress_bar", "model_summary")}
-    bar, summary = build_callbacks(options)
+    bar, summary = build_callbacks(chosen("callbacks", "callbacks=[rich_progress_bar,model_summary]"))
     assert isinstance(bar, RichProgressBar) and bar._leave is False
     assert isinstance(summary, ModelSummary) and summary._max_depth == 2
 
 
 @pytest.mark.parametrize(("cfg", "match"), [
-    ({"early_stoping": {}}, r"(?s)callbacks.early_stoping: unknown callback 'early_stoping'.*did you mean 'early_stopping'"),
-    ({"early_stopping": {"patiense": 1}}, r"(?s)callbacks.early_stopping.patiense: callback 'early_stopping' takes no "
-                                          r"option 'patiense'.*did you mean 'patience'"),
-    ({"early_stopping": {"patience": "two"}}, r"callbacks.early_stopping.patience: callback 'early_stopping' expects a number"),
-    ({"swa": {}}, r"callbacks.swa.swa_lrs: missing: callback 'swa' needs a value for 'swa_lrs'"),
-    ({"swa": {"swa_lrs": -1.0}}, r"callbacks.swa: callback 'swa' refused its options: .*swa_lrs"),
+    ({"early_stoping": {}}, r"(?s)callbacks.early_stoping: unknown callback 'early_stoping'"),
+    ({"stop": {"_target_": "pytorch_lightning.callbacks.EarlyStopping", "patiense": 1}},
+     r"(?s)callbacks.stop.patiense: callbacks 'stop' takes no option 'patiense'.*did you mean 'patience'"),
+    ({"stop": {"_target_": "pytorch_lightning.callbacks.EarlyStopping", "patience": "two"}},
+     r"callbacks.stop.patience: callbacks 'stop' expects a number"),
+    ({"swa": {"_target_": "pytorch_lightning.callbacks.StochasticWeightAveraging"}},
+     r"callbacks.swa.swa_lrs: missing: callbacks 'swa' needs a value for 'swa_lrs'"),
+    ({"swa": {"_target_": "pytorch_lightning.callbacks.StochasticWeightAveraging", "swa_lrs": -1.0}},
+     r"callbacks.swa: 'swa' refused its options: .*swa_lrs"),
+    ({"evil": {"_target_": "os.system", "command": "true"}},
+     r"(?s)callbacks.evil._target_: 'os.system' is not a class modelforge may import.*pytorch_lightning.callbacks"),
+    ({"ghost": {"_target_": "pytorch_lightning.callbacks.NoSuchCallback"}},
+     r"callbacks.ghost._target_: cannot import 'pytorch_lightning.callbacks.NoSuchCallback'"),
+    ({"wrong": {"_target_": "pytorch_lightning.loggers.CSVLogger", "save_dir": "x"}},
+     r"callbacks.wrong._target_: 'pytorch_lightning.loggers.CSVLogger' is not a class modelforge may import"),
 ])
 def test_bad_callback_options_are_named(cfg: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         build_callbacks(cfg)
+
+
+def test_an_unknown_callback_option_of_the_group_gets_did_you_mean() -> None:
+    with pytest.raises(ConfigError, match=r"(?s)callbacks.early_stopping.patiense: .*did you mean 'patience'"):
+        build_callbacks(chosen("callbacks", "callbacks=[early_stopping]", "+callbacks.early_stopping.patiense=1"))
 
 
 def test_trainer_callbacks_key_points_to_the_group() -> None:
@@ -68,23 +83,19 @@ def test_trainer_callbacks_key_points_to_the_group() -> None:
         check_trainer_options({"callbacks": []})
 
 
-def test_several_loggers_at_once_and_the_old_form(tmp_path: Path) -> None:
-    csv, tb = build_loggers({"csv": {}, "tensorboard": {}}, tmp_path)
+def test_several_loggers_at_once(tmp_path: Path) -> None:
+    csv, tb = build_loggers(chosen("logger", "logger=[csv,tensorboard]"), tmp_path)
     assert isinstance(csv, CSVLogger) and isinstance(tb, TensorBoardLogger)
     assert Path(csv.log_dir) == tmp_path / "logs" and Path(tb.log_dir) == tmp_path / "logs"
-    (old,) = build_loggers({"name": "csv"}, tmp_path)  # the form older runs' configs hold
-    assert isinstance(old, CSVLogger)
     assert build_loggers(None, tmp_path) == []
-    with pytest.raises(ConfigError, match=r"(?s)logger.tensorbord: unknown logger 'tensorbord'.*did you mean 'tensorboard'"):
-        build_loggers({"tensorbord": {}}, tmp_path)
     with pytest.raises(ConfigError, match=r"(?s)logger.csv.flush_every: logger 'csv' takes no option"):
-        build_loggers({"csv": {"flush_every": 3}}, tmp_path)
+        build_loggers(chosen("logger", "logger=[csv]", "+logger.csv.flush_every=3"), tmp_path)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is not None, reason="mlflow is installed here")
 def test_a_logger_whose_package_is_missing_names_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"(?s)logger.mlflow: logger 'mlflow' needs the package 'mlflow'.*pip install mlflow"):
-        build_loggers({"mlflow": {"experiment_name": "x"}}, tmp_path)
+        build_loggers(chosen("logger", "logger=[mlflow]"), tmp_path)
 
 
 class CountEpochs(pl.Callback):

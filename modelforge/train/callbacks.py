@@ -1,0 +1,179 @@
+"""The ``callbacks`` and ``logger`` groups: Lightning pieces built by ``hydra.utils.instantiate``.
+
+Each option is ``{_target_: CLASS, **arguments}`` (conf/callbacks/*.yaml, conf/logger/*.yaml). A
+target must be a Lightning callback or logger, or a class a plugin registered in CALLBACKS or
+LOGGERS; an entry without ``_target_`` names such a registered class (``+callbacks.mine.n=1``).
+Nothing else is imported. Arguments are checked against the class's signature first, for
+did-you-mean messages that ``instantiate``'s TypeError cannot give.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
+from pytorch_lightning.callbacks import Callback, EarlyStopping, Timer
+from pytorch_lightning.loggers import Logger
+
+from modelforge.config import check_call, signature_defaults
+from modelforge.errors import ConfigError
+from modelforge.registry import CALLBACKS, LOGGERS, Registry
+
+log = logging.getLogger("modelforge.train")
+
+# The modules a config's _target_ may name, besides classes registered by plugins.
+ALLOWED_MODULES = {"callbacks": "pytorch_lightning.callbacks", "logger": "pytorch_lightning.loggers"}
+_REGISTRIES = {"callbacks": CALLBACKS, "logger": LOGGERS}
+# Lightning loggers whose packages are optional extras.
+_LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "MLFlowLogger": ("mlflow",),
+                    "WandbLogger": ("wandb",), "CometLogger": ("comet_ml",), "NeptuneLogger": ("neptune",)}
+Fill = Callable[[type, Mapping[str, Any], Mapping[str, Any]], dict]
+# Lightning's interval for Trainer(log_every_n_steps=None), which conf/trainer/default.yaml spells out.
+DEFAULT_LOG_EVERY_N_STEPS = 50
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _resolve(group: str, name: str, target: Any) -> type:
+    """The class ``target`` names (or, without one, the class registered as ``name``), if allowed."""
+    registry: Registry = _REGISTRIES[group]
+    path = f"{group}.{name}"
+    if target is None:
+        return registry.get(name, path=path)
+    registered = {_qualname(cls): cls for cls in (registry.get(n) for n in registry.names()) if isinstance(cls, type)}
+    module = ALLOWED_MODULES[group]
+    if not isinstance(target, str) or not (target.startswith(module + ".") or target in registered):
+        raise ConfigError(f"{path}._target_", f"{target!r} is not a class modelforge may import",
+                          allowed=f"{module}.<Class>, or a class registered in {registry.name} "
+                                  f"({', '.join(sorted(registered)) or 'none yet'})")
+    try:
+        return registered.get(target) or get_class(target)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"{path}._target_", f"cannot import {target!r}: {exc}") from None
+
+
+def checked_specs(group: str, cfg: Any, fill: Fill) -> list[tuple[str, dict[str, Any]]]:
+    """``[(name, {_target_, **arguments})]`` of a ``callbacks`` or ``logger`` config, checked.
+
+    ``fill(cls, accepted, options)`` gives arguments modelforge sets unless the config does (save_dir).
+    """
+    if not cfg:
+        return []
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(group, f"expected a mapping of names to options, got {cfg!r}",
+                          hint=f"{group}=[a,b] {group}.a.option=value")
+    specs = []
+    for name, options in cfg.items():
+        options = dict(options or {})
+        cls = _resolve(group, name, options.pop("_target_", None))
+        accepted = signature_defaults(cls)
+        placed = {k: v for k, v in fill(cls, accepted, options).items() if k in accepted and k not in options}
+        check_call(cls, options, f"{group}.{name}", f"{group} {name!r}", filled=placed)
+        specs.append((name, {"_target_": _qualname(cls), **placed, **options}))
+    return specs
+
+
+def _instantiate(group: str, name: str, spec: dict[str, Any], kind: type) -> Any:
+    try:
+        built = instantiate(spec, _convert_="all")
+    except InstantiationException as exc:  # the class refused its arguments, or a package is missing
+        cause = exc.__cause__ or exc
+        hint = "pip install the package it names" if isinstance(cause, ImportError) else None
+        raise ConfigError(f"{group}.{name}", f"{name!r} refused its options: {cause}", hint=hint) from None
+    if not isinstance(built, kind):
+        raise ConfigError(f"{group}.{name}", f"{type(built).__name__} is not a Lightning {kind.__name__}")
+    return built
+
+
+def build_callbacks(cfg: Any, monitor: str = "val/acc") -> list[Callback]:
+    """The chosen callbacks, in order; a monitoring one watches the run's ``monitor`` with its mode."""
+
+    def fill(cls: type, accepted: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+        if accepted.get("monitor") is None:  # no monitor, or an optional one (ModelCheckpoint)
+            return {}
+        watched = options.get("monitor", monitor)
+        return {"monitor": monitor, "mode": "min" if str(watched).endswith("loss") else "max"}
+
+    built = [_instantiate("callbacks", name, spec, Callback) for name, spec in checked_specs("callbacks", cfg, fill)]
+    if any(isinstance(c, (EarlyStopping, Timer)) for c in built):
+        built.append(EarlyStopReport())
+    return built
+
+
+def check_loggers(cfg: Any, run_dir: Path = Path("RUN")) -> list[tuple[str, dict[str, Any]]]:
+    """The loggers' specs, checked against their signatures (built only in the run)."""
+    def fill(cls: type, accepted: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+        if cls.__name__ in ("CSVLogger", "TensorBoardLogger"):
+            return {"save_dir": str(run_dir), "name": "logs", "version": ""}  # RUN/logs/
+        if cls.__name__ == "MLFlowLogger":
+            return {"tracking_uri": f"file:{run_dir / 'mlruns'}"}  # offline, inside the run
+        return {"save_dir": str(run_dir)}
+
+    specs = checked_specs("logger", cfg, fill)
+    for name, spec in specs:  # before the run starts: these classes import their package only when built
+        packages = _LOGGER_PACKAGES.get(spec["_target_"].rpartition(".")[2], ())
+        if packages and not any(importlib.util.find_spec(p) for p in packages):
+            raise ConfigError(f"logger.{name}", f"logger {name!r} needs the package {packages[0]!r}, which is not "
+                              "installed", hint=f"pip install {packages[0]}")
+    return specs
+
+
+def build_loggers(cfg: Any, run_dir: Path) -> list[Logger]:
+    """The chosen loggers, writing under ``run_dir``; [] for none."""
+    return [_instantiate("logger", name, spec, Logger) for name, spec in check_loggers(cfg, run_dir)]
+
+
+class EarlyStopReport(Callback):
+    """Says in the console and train.log when early stopping or the timer ended the run, and at which epoch."""
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        report = early_stop_summary(trainer)
+        if report and trainer.is_global_zero:
+            log.info("%s: stopped after epoch %d of at most %s: %s", report["stopped_by"],
+                     report["stopped_early_epoch"], trainer.max_epochs, report["stopped_early_reason"])
+
+
+def early_stop_summary(trainer: pl.Trainer) -> dict[str, Any]:
+    """For metrics.json: the epoch (1-based) at which early stopping or the timer ended the run, and why."""
+    for callback in trainer.early_stopping_callbacks:
+        if callback.stopped_epoch > 0 or trainer.should_stop and callback.stopping_reason_message:
+            return {"stopped_by": "early stopping", "stopped_early_epoch": callback.stopped_epoch + 1,
+                    "stopped_early_reason": " ".join((callback.stopping_reason_message or "").split())}
+    for callback in trainer.callbacks:
+        remaining = callback.time_remaining() if isinstance(callback, Timer) else None
+        if remaining is not None and remaining <= 0:
+            elapsed = timedelta(seconds=int(callback.time_elapsed()))
+            return {"stopped_by": "timer", "stopped_early_epoch": max(trainer.current_epoch, 1),
+                    "stopped_early_reason": f"time limit reached after {elapsed} of training"}
+    return {}
+
+
+class StepLogInterval(Callback):
+    """Lightning's default ``log_every_n_steps``, shortened to an epoch where an epoch is shorter.
+
+    Otherwise loggers get no step values and Lightning warns. It checks the interval against the
+    epoch's batches once it has counted them: the interval is 1 until then, so the check passes.
+    """
+
+    def __init__(self) -> None:
+        self.interval = DEFAULT_LOG_EVERY_N_STEPS
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self.interval = trainer.log_every_n_steps
+            trainer.log_every_n_steps = 1
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        batches = trainer.num_training_batches
+        fits = math.isfinite(batches) and batches > 0
+        trainer.log_every_n_steps = min(self.interval, int(batches)) if fits else self.interval
