@@ -5,7 +5,7 @@ initializers, models, hooks, optimizers, schedules) through the explicit imports
 imports Lightning: building a model needs torch, omegaconf and nothing else.
 """
 
-from modelforge import builtin_names, hooks, layers, models  # noqa: F401 - these imports register the built-ins
+from modelforge import hooks, layers, models  # noqa: F401 - these imports register the built-ins
 from modelforge.build import (
     build_model,
     create_model,

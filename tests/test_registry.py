@@ -8,9 +8,12 @@ tests/test_registry_plugins.py runs this file with a plugin installed.
 from __future__ import annotations
 
 import pytest
+import yaml
 from torch import nn
 
 import modelforge
+import modelforge.data  # noqa: F401 - registers the built-in data modules (imports Lightning)
+from modelforge.config import conf_dir
 from modelforge.errors import ModelforgeError, UnknownNameError
 from modelforge.registry import REGISTRIES, Registry
 
@@ -25,8 +28,13 @@ EXPECTED = {
     "optimizers": {"adam", "adamw", "sgd", "rmsprop", "nadam", "adagrad", "lbfgs"},
     "schedulers": {"none", "onecycle", "cosine", "warmup_cosine", "step", "multistep", "exponential", "plateau"},
     "datamodules": {"mnist", "fashion_mnist", "idx"},
-    "callbacks": {"early_stopping", "lr_monitor", "rich_progress_bar", "model_summary", "swa", "timer"},
-    "loggers": {"csv", "tensorboard", "mlflow"},
+}
+# Lightning's callbacks and loggers are config options with a _target_, not registry names: the
+# registries hold only classes that plugins add (test_callbacks_loggers.py builds each option).
+SHIPPED_OPTIONS = {
+    "callbacks": {"early_stopping", "lr_monitor", "rich_progress_bar", "model_summary", "swa", "timer",
+                  "rich_model_summary", "device_stats"},
+    "logger": {"csv", "tensorboard", "mlflow", "wandb", "comet"},
 }
 
 
@@ -90,3 +98,16 @@ def test_names_registered_by_entry_points_are_marked() -> None:
         for name in set(registry.names()) - set(registry.names(plugins=False)):
             assert registry.plugin_of(name)
         assert all(registry.plugin_of(n) is None for n in registry.names(plugins=False))
+
+
+@pytest.mark.parametrize("group", sorted(SHIPPED_OPTIONS))
+def test_each_shipped_callback_and_logger_option_names_an_allowed_lightning_class(group: str) -> None:
+    from hydra.utils import get_class
+
+    from modelforge.train.callbacks import ALLOWED_MODULES
+
+    files = {f.stem: yaml.safe_load(f.read_text()) for f in (conf_dir() / group).glob("*.yaml")}
+    assert set(files) == SHIPPED_OPTIONS[group]
+    for name, cfg in files.items():
+        module, _, cls = cfg["_target_"].rpartition(".")
+        assert module == ALLOWED_MODULES[group] and isinstance(get_class(cfg["_target_"]), type), name

@@ -73,7 +73,7 @@ def main() -> None:
     optim, sched = recipe["optim"], recipe["sched"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=optim["lr"], weight_decay=optim["weight_decay"])
     steps_per_epoch = min(len(train_loader), args.limit_train_batches or len(train_loader))
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=optim["lr"] * sched["max_lr_factor"],
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=optim["lr"] * (sched.get("max_lr_factor") or 1.0),
                                                     total_steps=epochs * steps_per_epoch,
                                                     pct_start=sched["pct_start"])
 

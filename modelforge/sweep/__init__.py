@@ -1,4 +1,1 @@
-"""Sweeps: a summary table of the jobs (a Hydra callback) and the Optuna study's resumption.
-
-No Lightning here: the callbacks run in the sweep's parent process.
-"""
+"""Sweeps (``train -m``): the summary table, Optuna's logging and study resume, DDP jobs. No Lightning here."""

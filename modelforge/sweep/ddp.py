@@ -1,13 +1,10 @@
 """DDP inside a sweep: each job starts, and ends, its own group of processes.
 
-Lightning's DDP launcher re-runs ``sys.argv`` once per extra device. In a ``-m``
-sweep that command line is the whole sweep, so each child would run every job (and
-draw Optuna trials of its own); :func:`sweep_job_argv` gives the children the one
-job instead. The launcher also leaves ``LOCAL_RANK`` & co. in the environment, so
-the next job of the sweep would take the processes as already launched and wait
-for peers that have exited; :func:`fresh_ddp_state` puts them back after each job.
-(Each run closes its own process group and reaps its ranks:
-:mod:`modelforge.train.ddp_teardown`.)
+Lightning's DDP launcher re-runs ``sys.argv`` per extra device: in a ``-m`` sweep, the whole sweep (every
+job, Optuna trials of their own); :func:`sweep_job_argv` gives them the one job. It also leaves ``LOCAL_RANK``
+& co. set, so the next job would wait for peers that have exited: :func:`fresh_ddp_state` restores them.
+Upstream: facebookresearch/hydra#2070, Lightning-AI/pytorch-lightning#11300. (Each run reaps its
+own ranks: :mod:`modelforge.train.ddp_teardown`.)
 """
 
 from __future__ import annotations
@@ -21,10 +18,10 @@ DDP_ENV_VARS = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_
 
 
 def sweep_job_argv(command: Sequence[str]) -> list[str]:
-    """``command`` (e.g. ``[.../__main__.py, "train"]``) plus this sweep job's overrides.
+    """``command`` (e.g. ``[.../__main__.py, "train"]``) plus this job's overrides, for the DDP children.
 
-    Lightning adds ``hydra.run.dir=<hydra.run.dir>`` for the children: that key is
-    pointed at this job's directory, so all ranks share one run directory.
+    Lightning adds ``hydra.run.dir=<hydra.run.dir>`` for them: pointed at this job's directory,
+    all ranks share one run directory.
     """
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import read_write
@@ -37,17 +34,14 @@ def sweep_job_argv(command: Sequence[str]) -> list[str]:
 
 @contextmanager
 def fresh_ddp_state() -> Iterator[None]:
-    """Restore the DDP environment variables and torch's thread count after a job."""
+    """Restore the DDP environment variables and torch's thread count (divided among ranks) after a job."""
     import torch
 
-    saved_env = {key: os.environ.get(key) for key in DDP_ENV_VARS}
-    threads = torch.get_num_threads()  # the launcher divides the CPU threads among processes
+    saved_env, threads = {key: os.environ.get(key) for key in DDP_ENV_VARS}, torch.get_num_threads()
     try:
         yield
     finally:
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        for key in DDP_ENV_VARS:
+            os.environ.pop(key, None)
+        os.environ.update({key: value for key, value in saved_env.items() if value is not None})
         torch.set_num_threads(threads)

@@ -34,7 +34,7 @@ ALLOWED_MODULES = {"callbacks": "pytorch_lightning.callbacks", "logger": "pytorc
 _REGISTRIES = {"callbacks": CALLBACKS, "logger": LOGGERS}
 # Lightning loggers whose packages are optional extras.
 _LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "MLFlowLogger": ("mlflow",),
-                    "WandbLogger": ("wandb",), "CometLogger": ("comet_ml",), "NeptuneLogger": ("neptune",)}
+                    "WandbLogger": ("wandb",), "CometLogger": ("comet_ml",)}
 Fill = Callable[[type, Mapping[str, Any], Mapping[str, Any]], dict]
 # Lightning's interval for Trainer(log_every_n_steps=None), which conf/trainer/default.yaml spells out.
 DEFAULT_LOG_EVERY_N_STEPS = 50

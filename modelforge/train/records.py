@@ -9,6 +9,7 @@ Lightning-free, so the sweep summary and the CLI can use it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -48,13 +49,10 @@ class DiskFullError(ModelforgeError, OSError):
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("bytes", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    if n is None or n < 1024:
+        return f"{n} bytes" if n is not None else "?"
+    unit = min(int(math.log(n, 1024)), 4)
+    return f"{n / 1024 ** unit:.1f} {' KMGT'[unit]}B"
 
 
 def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int | None = None, *,
@@ -81,7 +79,8 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
         full = _is_disk_full(exc)
         written = os.path.getsize(tmp) if full and os.path.exists(tmp) else None
         free = _free(path.parent) if full else None  # measured before the temp file goes
-        _remove(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         if full:
             raise DiskFullError(path, needed or written, free) from None
         raise
@@ -108,41 +107,24 @@ def _is_disk_full(exc: BaseException) -> bool:
                                               or "unexpected pos" in text)
 
 
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def _free(folder: Path) -> int | None:
-    try:
+    with contextlib.suppress(OSError):
         return shutil.disk_usage(folder).free
-    except OSError:
-        return None
-
-
-def _remove(tmp: str) -> None:
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
+    return None
 
 
 def _fsync_dir(folder: Path) -> None:
     # Makes the rename itself durable; not every filesystem allows opening a directory.
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 EXIT_CONFIG_ERROR = 2

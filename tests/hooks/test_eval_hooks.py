@@ -27,7 +27,7 @@ def tiny_mnist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_with_grad_cam(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("run")
     cfg = compose_train(tiny_mnist, "model=cnn", "enc_sizes=[8,16]", "dec_sizes=[32]", "trainer.max_epochs=2",
-                        "optim.lr=3e-3", "hooks=[grad_cam]", "hooks.grad_cam.layer=encoder.1",
+                        "optim.lr=3e-2", "hooks=[grad_cam]", "hooks.grad_cam.layer=encoder.1",
                         "hooks.grad_cam.num_images=2")
     train(cfg, run_dir=run_dir)
     return run_dir

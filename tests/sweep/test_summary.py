@@ -9,12 +9,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from omegaconf import DictConfig, OmegaConf
 
 from modelforge.errors import ConfigError
-from modelforge.sweep.callback import record_failure, refresh_summary
+from modelforge.sweep.callback import (
+    BASIC_SWEEPER,
+    SweepSummary,
+    exit_if_jobs_failed,
+    planned_jobs,
+    record_failure,
+    report_unfinished_sweeps,
+)
 from modelforge.sweep.summary import (
     JobRow,
-    canonical,
     format_markdown,
     format_text,
     one_line,
@@ -24,6 +31,8 @@ from modelforge.sweep.summary import (
     swept_overrides,
     write_summary,
 )
+
+FIXED = ["model=cnn", "trainer.fast_dev_run=true"]  # the command line of the `sweep` fixture's jobs
 
 
 def write_job(sweep: Path, job: str, **metrics: object) -> Path:
@@ -64,7 +73,7 @@ def test_nan_and_running_rows_go_last() -> None:
 
 
 def test_csv_holds_every_job_and_the_full_error(sweep: Path) -> None:
-    write_summary(sweep)
+    write_summary(sweep, read_rows(sweep), FIXED)
     rows = list(csv.DictReader((sweep / "summary.csv").open()))
     assert [r["job"] for r in rows] == ["2", "0", "10", "1"]
     assert [r["status"] for r in rows] == ["finished"] * 3 + ["failed"]
@@ -76,7 +85,7 @@ def test_csv_holds_every_job_and_the_full_error(sweep: Path) -> None:
 
 
 def test_markdown_table(sweep: Path) -> None:
-    write_summary(sweep)
+    write_summary(sweep, read_rows(sweep), FIXED)
     lines = (sweep / "summary.md").read_text().splitlines()
     assert lines[0] == "| job | status | val/acc | test/acc | params | train_time_s | overrides | error |"
     assert lines[2] == "| 2 | finished | 0.9700 | 0.9600 | 5000 | 30.0 | enc_sizes=[32,64] |  |"
@@ -86,7 +95,7 @@ def test_markdown_table(sweep: Path) -> None:
 
 
 def test_text_table_lines_up(sweep: Path) -> None:
-    text = format_text(read_rows(sweep))
+    text = format_text(read_rows(sweep), FIXED)
     header, rule, first = text.splitlines()[:3]
     assert header.split()[:4] == ["job", "status", "val/acc", "test/acc"]
     assert set(rule.replace(" ", "")) == {"-"} and first.split()[:3] == ["2", "finished", "0.9700"]
@@ -96,20 +105,19 @@ def test_fixed_overrides_match_as_hydra_reads_them() -> None:
     # The sweep's command line says `true`; Hydra writes the job's override as `True`.
     rows = [JobRow("0", {"overrides": ["trainer.fast_dev_run=True", "optim.lr=0.001"]})]
     assert swept_overrides(rows, fixed=["trainer.fast_dev_run=true", "optim.lr=1e-3,3e-3"]) == [["optim.lr=0.001"]]
-    assert canonical("optim.lr=1e-3") == canonical("optim.lr=0.001")
+    # Nothing swept (one value per key): the row shows what the job ran with.
     assert swept_overrides(rows, fixed=["trainer.fast_dev_run=true", "optim.lr=1e-3"]) == [rows[0].overrides]
-    assert canonical("enc_sizes=[8],[16]") == "enc_sizes=[8],[16]"  # a sweep stays as written
 
 
 def test_long_floats_are_shortened_in_tables_only() -> None:
     assert short_floats("optim.lr=0.0012520653814999472 enc_sizes=[16] x=0.5") == "optim.lr=0.001252 enc_sizes=[16] x=0.5"
     row = JobRow("0", {"status": "finished", "overrides": ["optim.lr=0.0012520653814999472"], "val/acc": 0.5})
-    assert "optim.lr=0.001252 " in format_markdown([row]) + " "
+    assert "optim.lr=0.001252 " in format_markdown([row], []) + " "
 
 
 def test_other_monitor_gets_its_own_column() -> None:
     rows = [JobRow("0", {"status": "finished", "monitor": "val/loss", "val/loss": 0.2, "val/acc": 0.9})]
-    assert format_markdown(rows).splitlines()[0].startswith("| job | status | val/loss | val/acc | test/acc |")
+    assert format_markdown(rows, []).splitlines()[0].startswith("| job | status | val/loss | val/acc | test/acc |")
 
 
 def test_unreadable_metrics_still_make_a_row(tmp_path: Path) -> None:
@@ -152,8 +160,8 @@ def test_record_failure_leaves_an_earlier_runs_file_alone(tmp_path: Path) -> Non
     assert (job / "metrics.json").read_text() == before
 
 
-def test_refresh_summary_creates_the_sweep_dir(tmp_path: Path) -> None:
-    assert refresh_summary(tmp_path / "new") == []
+def test_a_sweep_without_jobs_gets_a_header_only_summary(tmp_path: Path) -> None:
+    write_summary(tmp_path / "new", [], [])
     assert (tmp_path / "new" / "summary.csv").read_text().startswith("job,status,val/acc")
     assert list(csv.reader(io.StringIO((tmp_path / "new" / "summary.csv").read_text())))[1:] == []
 
@@ -175,16 +183,38 @@ def test_record_failure_keeps_a_diverged_status_train_wrote(tmp_path: Path) -> N
     assert json.loads((job / "metrics.json").read_text())["status"] == "diverged"
 
 
-def test_planned_jobs_of_a_grid_sweep_and_the_rows_of_those_that_never_ran() -> None:
-    from omegaconf import OmegaConf
+def multirun_config(sweep_dir: Path, task: list[str], **sweeper: object) -> DictConfig:
+    """The parts of a composed multirun config that the callback reads."""
+    return OmegaConf.create({"monitor": "val/acc", "hydra": {
+        "sweep": {"dir": str(sweep_dir)}, "overrides": {"task": task},
+        "sweeper": {"_target_": BASIC_SWEEPER, "params": None, **sweeper}}})
 
-    from modelforge.sweep.planned import BASIC_SWEEPER, not_run_rows, planned_jobs
 
-    # The two parts of a composed multirun config that planned_jobs reads.
-    cfg = OmegaConf.create({"hydra": {"sweeper": {"_target_": BASIC_SWEEPER, "params": None},
-                                      "overrides": {"task": ["model=mlp", "model.hidden_sizes=[16],[8]", "seed=1,2"]}}})
-    planned = planned_jobs(cfg)
-    assert planned == [["model=mlp", "model.hidden_sizes=[16]", "seed=1"], ["model=mlp", "model.hidden_sizes=[16]", "seed=2"],
-                       ["model=mlp", "model.hidden_sizes=[8]", "seed=1"], ["model=mlp", "model.hidden_sizes=[8]", "seed=2"]]
-    rows = not_run_rows(planned, [JobRow(job="0"), JobRow(job="1")], "val/acc")
-    assert [(row.job, row.status) for row in rows] == [("2", "not run"), ("3", "not run")]
+def test_a_stopped_grid_sweep_lists_the_jobs_that_never_ran(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg = multirun_config(tmp_path, ["model=mlp", "model.hidden_sizes=[16],[8]", "seed=1,2"])
+    assert planned_jobs(cfg) == [["model=mlp", "model.hidden_sizes=[16]", "seed=1"], ["model=mlp", "model.hidden_sizes=[16]", "seed=2"],
+                                 ["model=mlp", "model.hidden_sizes=[8]", "seed=1"], ["model=mlp", "model.hidden_sizes=[8]", "seed=2"]]
+    SweepSummary().on_multirun_start(cfg)
+    write_job(tmp_path, "0", status="finished", overrides=planned_jobs(cfg)[0], **{"val/acc": 0.5})
+    write_job(tmp_path, "1", status="terminated", overrides=planned_jobs(cfg)[1], error="stopped by SIGTERM")
+    report_unfinished_sweeps()  # Hydra raised before on_multirun_end
+    rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "finished"), ("1", "terminated"), ("2", "not run"), ("3", "not run")]
+    assert rows[2]["overrides"] == "model.hidden_sizes=[8] seed=1"
+    assert "the sweep stopped early: job(s) 2, 3 never ran" in capsys.readouterr().out
+
+
+def test_only_this_runs_failed_jobs_fail_a_continued_study(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_job(tmp_path, "0_aaaaaa", status="failed", error="RuntimeError: an earlier run's")
+    (tmp_path / "optuna.db").touch()  # the stored study that this sweep continues
+    cfg = multirun_config(tmp_path, ["hparams_search=optuna"], storage=f"sqlite:///{tmp_path}/optuna.db")
+    callback = SweepSummary()
+    callback.on_multirun_start(cfg)
+    write_job(tmp_path, "1_bbbbbb", status="failed", error="RuntimeError: boom")
+    write_job(tmp_path, "2_bbbbbb", status="finished", **{"val/acc": 0.5})
+    callback.on_multirun_end(cfg)
+    with pytest.raises(SystemExit, match="1"):
+        exit_if_jobs_failed()
+    err = capsys.readouterr().err
+    assert f"error: 1 job(s) of the sweep in {tmp_path} failed: 1_bbbbbb " in err and "0_aaaaaa" not in err
+    exit_if_jobs_failed()  # reported once

@@ -83,6 +83,17 @@ def test_a_failed_optuna_trial_does_not_stop_the_search(sweep_here, tmp_path: Pa
     assert all(job in result.stderr for job in failed)
 
 
+@pytest.mark.e2e
+@pytest.mark.filterwarnings("ignore:Deprecated API features detected")
+def test_a_failed_trial_in_a_parallel_optuna_search_fails_the_command(sweep, tmp_path: Path) -> None:
+    # Joblib ends each job in a worker process: the failure is known to the parent from the job's metrics.json.
+    result = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib",
+                   "hydra.launcher.n_jobs=2", "trainer.fast_dev_run=true", "enc_sizes=choice([8],[8,-1])")
+    failed = sorted(r["job"] for r in read_summary(tmp_path / "sweep") if r["status"] == "failed")
+    assert failed and result.returncode == 1, result.stderr[-2000:]
+    assert f"error: {len(failed)} job(s) of the sweep in {tmp_path / 'sweep'} failed: {', '.join(failed)} " in result.stderr
+
+
 @pytest.mark.parametrize(("launcher", "says"), [
     (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], "Joblib.Parallel(n_jobs=2"),
     (["hydra/launcher=submitit_local"], "Submitit 'local' sweep output dir"),  # the SLURM launcher's code path

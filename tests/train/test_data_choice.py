@@ -63,7 +63,7 @@ def _with_data(cfg, data: dict):
 
 def test_a_user_datamodule_trains_and_shapes_the_model(tiny_mnist: Path, tmp_path: Path, colour_blobs) -> None:
     cfg = _with_data(compose_train(tiny_mnist, "model=cnn", "enc_sizes=[4]", "dec_sizes=[]", "trainer.max_epochs=4",
-                                   "optim.lr=3e-3"), {"name": "colour_blobs", "n": 128, "brightness": 4.0})
+                                   "optim.lr=3e-2"), {"name": "colour_blobs", "n": 128, "brightness": 4.0})
     train(cfg, run_dir=tmp_path)
     stored = yaml.safe_load((tmp_path / "config.yaml").read_text())
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -83,7 +83,7 @@ def test_a_user_datamodule_s_options_are_checked(tiny_mnist: Path, tmp_path: Pat
 def test_an_idx_folder_trains_with_shapes_from_its_files(tiny_mnist: Path, tmp_path: Path) -> None:
     write_idx_set(tmp_path / "bars", n_train=80, n_test=40, n_classes=5, size=(20, 20))
     cfg = compose_train(tiny_mnist, "data=idx", f"data.data_dir={tmp_path / 'bars'}", "data.val_size=16",
-                        "model=mlp", "model.hidden_sizes=[32]", "trainer.max_epochs=3", "optim.lr=3e-3")
+                        "model=mlp", "model.hidden_sizes=[32]", "trainer.max_epochs=3", "optim.lr=3e-2")
     train(cfg, run_dir=tmp_path / "run")
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["data"] == {"name": "idx", "input_shape": [1, 20, 20], "n_classes": 5}

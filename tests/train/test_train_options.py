@@ -23,7 +23,7 @@ def test_tensorboard_logger_writes_event_files(tiny_mnist: Path, tmp_path: Path)
 
 
 def test_channels_last_trains_to_the_same_numbers(tiny_mnist: Path, tmp_path: Path) -> None:
-    common = ("model=cnn", "enc_sizes=[4]", "dec_sizes=[]", "trainer.max_epochs=1", "sched=none")
+    common = ("model=cnn", "enc_sizes=[4]", "dec_sizes=[]", "trainer.max_epochs=1", "sched=none", "optim.lr=1e-3")
     train(compose_train(tiny_mnist, *common), run_dir=tmp_path / "a")
     train(compose_train(tiny_mnist, *common, "channels_last=true"), run_dir=tmp_path / "b")
     a, b = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in "ab")

@@ -1,0 +1,88 @@
+"""The same commands on two source trees, interleaved: this checkout against an earlier commit.
+
+A refactoring may not cost speed. For each side (``PYTHONPATH`` pointing at its tree) this times
+start-up (``summary``, ``train --help``, ``list models``) and the training epoch of
+``train experiment=fast`` against the raw PyTorch loop (raw_loop.py) run between them, so each
+side's epoch gets a ratio to a raw epoch measured moments apart. Runs alternate A B A B.
+
+    python experiments/benchmarks/before_after.py --baseline d556246~1 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
+LIMITS = ("trainer.limit_train_batches=200", "trainer.limit_val_batches=20", "trainer.limit_test_batches=20")
+
+
+def run(tree: Path, args: list[str], cwd: Path) -> tuple[float, str]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "HYDRA_FULL_ERROR": "0"}
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"failed ({result.returncode}) in {tree}: {' '.join(args)}\n{result.stderr[-2000:]}")
+    return time.perf_counter() - start, result.stdout
+
+
+def side(tree: Path, work: Path, n: int) -> dict[str, float]:
+    figures = {}
+    for name, args in {"summary_s": ["-m", "modelforge", "summary", "model=cnn"],
+                       "train_help_s": ["-m", "modelforge", "train", "--help"],
+                       "list_s": ["-m", "modelforge", "list", "models"]}.items():
+        figures[name] = run(tree, args, work)[0]
+    run_dir = work / f"{tree.name}_{n}"
+    run(tree, ["-m", "modelforge", "train", "experiment=fast", "trainer.accelerator=cpu", *LIMITS,
+               f"hydra.run.dir={run_dir}"], work)
+    figures["epoch_s"] = statistics.mean(float(s) for s in EPOCH_LINE.findall((run_dir / "train.log").read_text()))
+    return figures
+
+
+def raw_epoch(work: Path) -> float:
+    _, out = run(REPO, [str(HERE / "raw_loop.py"), "--limit-train-batches=200", "--limit-val-batches=20",
+                        "--limit-test-batches=20"], work)
+    return statistics.mean(json.loads(out.strip().splitlines()[-1])["epoch_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", required=True, help="git revision of the 'before' tree")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="mf_before_after_"))
+    before = work / "before"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(before), args.baseline],
+                   check=True, capture_output=True)
+    trees = {"before": before, "after": REPO}
+    values: dict[str, dict[str, list[float]]] = {k: {} for k in trees}
+    try:
+        for i in range(args.repeats):
+            for name, tree in trees.items():
+                raw = raw_epoch(work)
+                figures = side(tree, work, i)
+                figures["epoch_ratio_to_raw"] = figures["epoch_s"] / raw
+                for key, value in figures.items():
+                    values[name].setdefault(key, []).append(value)
+                print(f"[{i + 1}/{args.repeats}] {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
+                      flush=True)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], capture_output=True)
+    print(f"\nmedians over {args.repeats} (baseline {args.baseline}):")
+    print(f"{'figure':<20} {'before':>9} {'after':>9}")
+    for key in values["after"]:
+        print(f"{key:<20} {statistics.median(values['before'][key]):>9.3f} {statistics.median(values['after'][key]):>9.3f}")
+
+
+if __name__ == "__main__":
+    main()
