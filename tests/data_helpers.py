@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from modelforge.data.mnist_files import MNIST_FILES, MnistFile
+from modelforge.data.idx import FILE_NAMES, SPLITS, IdxDataset
 
 
 def idx_bytes(values: torch.Tensor, magic: int) -> bytes:
@@ -43,12 +43,20 @@ def pattern_images(labels: torch.Tensor, seed: int = 0) -> torch.Tensor:
     return images
 
 
+def known_set(directory: Path, contents: dict[str, bytes], name: str, *, gz: bool) -> IdxDataset:
+    """Write ``contents`` (file name -> IDX bytes) and return them as a known data set: their md5s, no mirrors."""
+    for file_name, data in contents.items():
+        write_idx(directory / (file_name + (".gz" if gz else "")), data)
+    md5s = tuple(hashlib.md5(contents[n]).hexdigest() for n in FILE_NAMES)
+    return IdxDataset(name, name.title(), md5s, (), 0.5, 0.25, tuple(str(k) for k in range(10)))
+
+
 def write_mnist_idx(directory: str | Path, n_train: int = 64, n_test: int = 32, *, gz: bool = True,
-                    seed: int = 0) -> tuple[MnistFile, ...]:
+                    seed: int = 0) -> IdxDataset:
     """Write the four MNIST files (standard names) with ``n_train``/``n_test`` learnable images.
 
-    Returns the file table (sizes and md5s of these files), to pass as ``files=`` so that
-    checks run with ``verify=True``. Labels cycle through 0..9 in a seeded order.
+    Returns them as a known data set (``tiny``: their md5s), so that checks can run with
+    ``verify=True``. Labels cycle through 0..9 in a seeded order.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -56,29 +64,23 @@ def write_mnist_idx(directory: str | Path, n_train: int = 64, n_test: int = 32, 
     contents = {}
     for split, n in (("train", n_train), ("test", n_test)):
         labels = (torch.arange(n) % 10)[torch.randperm(n, generator=g)]
-        contents[split, "images"] = idx_bytes(pattern_images(labels, seed=seed + len(contents)), 2051)
-        contents[split, "labels"] = idx_bytes(labels, 2049)
-    table = []
-    for spec in MNIST_FILES:
-        data = contents[spec.split, spec.kind]
-        write_idx(directory / (spec.name + (".gz" if gz else "")), data)
-        table.append(MnistFile(spec.name, spec.split, spec.kind, len(data), hashlib.md5(data).hexdigest()))
-    return tuple(table)
+        images = idx_bytes(pattern_images(labels, seed=seed + len(contents)), 2051)
+        contents.update(zip(SPLITS[split], (images, idx_bytes(labels, 2049))))
+    return known_set(directory, contents, "tiny", gz=gz)
 
 
 def write_idx_set(directory: str | Path, n_train: int = 48, n_test: int = 24, *, n_classes: int = 5,
-                  size: tuple[int, int] = (20, 20), seed: int = 7) -> tuple[MnistFile, ...]:
+                  size: tuple[int, int] = (20, 20), seed: int = 7) -> IdxDataset:
     """A second data set with other contents: ``size`` images, ``n_classes`` classes, the standard names.
 
     Class k is a bright horizontal bar in band k over a dark background (not MNIST's squares),
-    raw (not gzipped) files. Returns its file table (sizes, md5s), as :func:`write_mnist_idx`.
+    raw (not gzipped) files. Returns it as a known data set (``other``), as :func:`write_mnist_idx`.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(seed)
     h, w = size
     band = h // n_classes
-    table = []
     contents = {}
     for split, n in (("train", n_train), ("test", n_test)):
         labels = torch.randint(0, n_classes, (n,), generator=g)
@@ -86,11 +88,6 @@ def write_idx_set(directory: str | Path, n_train: int = 48, n_test: int = 24, *,
         images = torch.randint(0, 30, (n, h, w), generator=g, dtype=torch.uint8)
         for i, k in enumerate(labels.tolist()):
             images[i, k * band:(k + 1) * band - 1, 2:w - 2] = 200
-        contents[split, "images"] = idx_bytes(images, 2051)
-        contents[split, "labels"] = idx_bytes(labels, 2049)
-    for spec in MNIST_FILES:
-        data = contents[spec.split, spec.kind]
-        write_idx(directory / spec.name, data)
-        table.append(MnistFile(spec.name, spec.split, spec.kind, len(data), hashlib.md5(data).hexdigest(),
-                               "other", "Other"))
-    return tuple(table)
+        contents.update(zip(SPLITS[split], (idx_bytes(images, 2051), idx_bytes(labels, 2049))))
+    return known_set(directory, contents, "other", gz=False)
+

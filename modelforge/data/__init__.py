@@ -1,53 +1,24 @@
-"""The MNIST data layer: IDX reading, file checks and download, and the LightningDataModule.
+"""The data layer: IDX files (``idx``), fetching them (``download``), the LightningDataModules (``datamodule``).
 
-``MNISTDataModule`` is imported on first use, so ``modelforge.data.idx`` and
-``modelforge.data.mnist_files`` stay usable (and fast to import) without Lightning.
+Importing it registers the built-in ``data=`` names. ``import modelforge`` does not import it
+(it loads Lightning), so code that looks up a data module imports ``modelforge.data`` first.
 """
 
-from __future__ import annotations
+from modelforge.data.build import build_datamodule, describe_data
+from modelforge.data.datamodule import FashionMNISTDataModule, IdxDataModule, MnistBatches, MNISTDataModule
+from modelforge.data.datamodule import ResumableShuffle, random_shift
+from modelforge.data.download import ensure_files, find_file, resolve_data_dir
+from modelforge.data.idx import FASHION_MNIST, FILE_NAMES, IMAGES_MAGIC, KNOWN_DATASETS, LABELS_MAGIC, MNIST
+from modelforge.data.idx import IdxDataset, load_idx_set, parse_idx, read_idx_bytes
+from modelforge.registry import DATAMODULES
 
-from typing import TYPE_CHECKING, Any
-
-from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, parse_idx, read_idx_bytes
-from modelforge.data.mnist_files import (
-    MIRRORS,
-    MNIST_FILES,
-    MnistFile,
-    ensure_files,
-    find_file,
-    load_mnist,
-    read_checked,
-    resolve_data_dir,
-)
-
-if TYPE_CHECKING:
-    from modelforge.data.datamodule import MnistBatches, MNISTDataModule, random_shift
+DATAMODULES.add("mnist", MNISTDataModule)
+DATAMODULES.add("fashion_mnist", FashionMNISTDataModule)
+DATAMODULES.add("idx", IdxDataModule)
 
 __all__ = [
-    "IMAGES_MAGIC",
-    "LABELS_MAGIC",
-    "MIRRORS",
-    "MNIST_FILES",
-    "MNISTDataModule",
-    "MnistBatches",
-    "MnistFile",
-    "ensure_files",
-    "find_file",
-    "load_mnist",
-    "parse_idx",
-    "random_shift",
-    "read_checked",
-    "read_idx_bytes",
-    "resolve_data_dir",
+    "FASHION_MNIST", "FILE_NAMES", "IMAGES_MAGIC", "KNOWN_DATASETS", "LABELS_MAGIC", "MNIST",
+    "FashionMNISTDataModule", "IdxDataModule", "IdxDataset", "MNISTDataModule", "MnistBatches",
+    "ResumableShuffle", "build_datamodule", "describe_data", "ensure_files", "find_file",
+    "load_idx_set", "parse_idx", "random_shift", "read_idx_bytes", "resolve_data_dir",
 ]
-
-_LAZY = {"MNISTDataModule", "MnistBatches", "random_shift"}
-
-
-def __getattr__(name: str) -> Any:
-    # Lightning costs ~1 s to import; only the data module needs it.
-    if name in _LAZY:
-        from modelforge.data import datamodule
-
-        return getattr(datamodule, name)
-    raise AttributeError(f"module 'modelforge.data' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""``data=<name>``: the LightningDataModule a run trains on, from the DATAMODULES registry."""
+"""``data=<name>``: the LightningDataModule a run trains on, from DATAMODULES (filled by ``modelforge.data``)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,5 @@ def build_datamodule(data_cfg: Mapping[str, Any]) -> Any:
 
 def describe_data(datamodule: Any) -> dict[str, Any]:
     """What metrics.json says of the data: its name, input shape and number of classes."""
-    info: dict[str, Any] = {}
-    for key in ("name", "input_shape", "n_classes"):
-        value = getattr(datamodule, key, None)
-        if value is not None:
-            info[key] = list(value) if isinstance(value, tuple) else value
-    return info
+    values = {key: getattr(datamodule, key, None) for key in ("name", "input_shape", "n_classes")}
+    return {key: list(v) if isinstance(v, tuple) else v for key, v in values.items() if v is not None}

@@ -6,6 +6,7 @@ import functools
 import http.server
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +46,35 @@ def serve_dir() -> Iterator:
     def serve(folder: Path) -> str:
         handler = functools.partial(_QuietHandler, directory=str(folder))
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+class _StallingHandler(_QuietHandler):
+    """Sends the first half of a file, then nothing: a download that never ends."""
+
+    def copyfile(self, source, outputfile) -> None:
+        data = source.read()
+        outputfile.write(data[:len(data) // 2])
+        outputfile.flush()
+        time.sleep(120)
+
+
+@pytest.fixture
+def stalling_url() -> Iterator:
+    """``stalling_url(folder) -> url``: a server that stalls half-way through every file."""
+    servers = []
+
+    def serve(folder: Path) -> str:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_StallingHandler,
+                                                                                     directory=str(folder)))
+        server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}/"

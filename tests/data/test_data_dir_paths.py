@@ -7,17 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from modelforge.data.mnist_files import ensure_files
-from modelforge.errors import DataError
-
 UNREACHABLE = "http://127.0.0.1:9/"
-
-
-def test_failed_download_removes_the_folders_it_made(tmp_path: Path) -> None:
-    (tmp_path / "kept").mkdir()
-    with pytest.raises(DataError, match="MNIST files missing from data_dir"):
-        ensure_files(tmp_path / "kept" / "a" / "mnist", mirrors=[UNREACHABLE], timeout=2)
-    assert list(tmp_path.iterdir()) == [tmp_path / "kept"] and not list((tmp_path / "kept").iterdir())
 
 
 def test_relative_data_path_from_elsewhere_fails_once_and_creates_nothing(run_main, tmp_path: Path,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modelforge.data import MNIST_FILES, MNISTDataModule, find_file, load_mnist
+from modelforge.data import FILE_NAMES, MNIST, MNISTDataModule, find_file, load_idx_set
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ def _real_mnist_dir() -> Path:
     candidates = [Path(os.environ["MODELFORGE_DATA"])] if os.environ.get("MODELFORGE_DATA") else []
     candidates.append(REPO.parent / "shared" / "datasets" / "mnist")
     for folder in candidates:
-        if all(find_file(folder, spec) for spec in MNIST_FILES):
+        if all(find_file(folder, name) for name in FILE_NAMES):
             return folder
     pytest.skip(f"real MNIST not found in {' or '.join(map(str, candidates))} (set MODELFORGE_DATA to a "
                 "folder with the four IDX files); not downloading in tests")
@@ -26,7 +26,7 @@ def _real_mnist_dir() -> Path:
 @pytest.mark.slow
 def test_real_mnist_checks_and_shapes() -> None:
     folder = _real_mnist_dir()
-    splits = load_mnist(folder, download=False)  # size, md5 and header of all four files
+    splits = load_idx_set({name: find_file(folder, name) for name in FILE_NAMES}, MNIST)  # md5s and headers
     images, labels = splits["train"]
     assert images.shape == (60000, 28, 28) and labels.shape == (60000,)
     assert splits["test"][0].shape == (10000, 28, 28) and splits["test"][1].shape == (10000,)

@@ -1,9 +1,10 @@
-"""MNISTDataModule on generated files: splits, batches, normalization, augmentation, DDP, Trainer."""
+"""The IDX data modules on generated files: splits, batches, normalization, augmentation, DDP, Trainer, registry."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +17,24 @@ from pytorch_lightning.utilities.data import _update_dataloader
 from torch import nn
 from torch.utils.data import DistributedSampler
 
-from modelforge.data import MNISTDataModule, random_shift
+from modelforge.data import (
+    FASHION_MNIST,
+    FILE_NAMES,
+    KNOWN_DATASETS,
+    MNISTDataModule,
+    build_datamodule,
+    find_file,
+    load_idx_set,
+    random_shift,
+)
 from modelforge.errors import ConfigError, DataError
+from modelforge.registry import DATAMODULES
+from tests.data_helpers import write_idx_set, write_mnist_idx
 
 
 def make(mnist_dir, **kwargs) -> MNISTDataModule:
-    folder, table = mnist_dir
-    options = {"data_dir": folder, "files": table, "val_size": 16, "batch_size": 8, "download": False} | kwargs
+    folder, _ = mnist_dir
+    options = {"data_dir": folder, "val_size": 16, "batch_size": 8, "download": False, "verify": False} | kwargs
     dm = MNISTDataModule(**options)
     dm.setup("fit")
     return dm
@@ -45,8 +57,8 @@ def test_split_sizes_and_partition(mnist_dir, val_size: int | float) -> None:
     train, val = keys(dm.train_set.images), keys(dm.val_set.images)
     assert not set(train) & set(val)
     everything = torch.cat([dm.train_set.images, dm.val_set.images])
-    from modelforge.data import load_mnist  # the same images, regrouped
-    assert sorted(keys(everything)) == sorted(keys(load_mnist(mnist_dir[0], verify=False)["train"][0]))
+    paths = {name: find_file(mnist_dir[0], name) for name in FILE_NAMES}  # the same images, regrouped
+    assert sorted(keys(everything)) == sorted(keys(load_idx_set(paths, None)["train"][0]))
 
 
 def test_split_is_seeded(mnist_dir) -> None:
@@ -158,8 +170,11 @@ def test_each_ddp_rank_gets_its_own_slice(mnist_dir) -> None:
     ("eval_batch_size", 2.5, r"data.eval_batch_size: got 2.5"),
     ("num_workers", -1, r"data.num_workers: got -1"),
     ("augment_shift", 28, r"data.augment_shift: got 28\n  allowed: an integer in 0..27"),
-    ("val_size", 1.5, r"data.val_size: fraction 1.5 is outside \(0, 1\)"),
-    ("val_size", 0, r"data.val_size: got 0; validation needs at least one image"),
+    ("val_size", 1.5, r"data.val_size: got 1.5\n  allowed: a count >= 1 or a fraction in \(0, 1\)"),
+    ("val_size", 0, r"data.val_size: got 0\n  allowed: a count >= 1"),
+    ("val_size", True, r"data.val_size: got True"),
+    ("std", -1.0, r"data.std: got -1.0\n  allowed: null \(the data set's\) or a number > 0"),
+    ("mean", "x", r"data.mean: got 'x'"),
     ("val_size", "10%", r"data.val_size: got '10%'"),
     ("mirrors", "https://example.org/mnist/", r"data.mirrors: got 'https://example.org/mnist/'"),
     ("mirrors", ["example.org/mnist/"], r"data.mirrors: 'example.org/mnist/' is not a URL"),
@@ -170,8 +185,7 @@ def test_bad_options_are_config_errors(key: str, value: object, match: str) -> N
 
 
 def test_val_size_too_large_for_the_data(mnist_dir) -> None:
-    folder, table = mnist_dir
-    dm = MNISTDataModule(data_dir=folder, files=table, download=False)  # val_size=5000 > 64 images
+    dm = MNISTDataModule(data_dir=mnist_dir[0], download=False, verify=False)  # val_size=5000 > 64 images
     with pytest.raises(ConfigError, match=r"data.val_size: 5000 holds out 5000 of the 64 training images"):
         dm.check()
 
@@ -214,8 +228,8 @@ class _Linear(pl.LightningModule):
 
 def test_trainer_fits_the_generated_patterns(mnist_dir) -> None:
     pl.seed_everything(0, verbose=False)
-    folder, table = mnist_dir
-    dm = MNISTDataModule(data_dir=folder, files=table, val_size=16, batch_size=16, download=False, augment_shift=1)
+    dm = MNISTDataModule(data_dir=mnist_dir[0], verify=False, val_size=16, batch_size=16, download=False,
+                         augment_shift=1)
     trainer = pl.Trainer(max_epochs=15, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)
     model = _Linear()
@@ -244,8 +258,8 @@ class Count(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 if __name__ == "__main__":
-    table = write_mnist_idx(sys.argv[1], n_train=80, n_test=20)
-    dm = MNISTDataModule(data_dir=sys.argv[1], files=table, val_size=16, batch_size=8, download=False)
+    write_mnist_idx(sys.argv[1], n_train=80, n_test=20)
+    dm = MNISTDataModule(data_dir=sys.argv[1], verify=False, val_size=16, batch_size=8, download=False)
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Count(), datamodule=dm)
@@ -273,13 +287,100 @@ def test_hydra_config_mirrors_the_constructor(mnist_dir) -> None:
     cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "data" / "mnist.yaml")
     options = OmegaConf.to_container(cfg)
     assert options.pop("name") == "mnist"
-    from modelforge.registry import DATAMODULES
-
-    params = inspect.signature(DATAMODULES.get("mnist")).parameters  # the class's, less `dataset`
-    assert set(options) == set(params) - {"files"}  # files: a Python-only hook for tests
+    params = inspect.signature(DATAMODULES.get("mnist")).parameters
+    assert set(options) == set(params)
     # seed interpolates the run's top-level ${seed}; mirrors: null means the module's default list.
     assert options["seed"] == "${seed}"
     assert all(options[k] == params[k].default for k in options if k not in ("mirrors", "seed"))
     cfg.data_dir, cfg.val_size, cfg.mirrors, cfg.seed = str(mnist_dir[0]), 0.25, ["http://127.0.0.1:1/"], 0
-    dm = MNISTDataModule(files=mnist_dir[1], **{k: v for k, v in cfg.items() if k != "name"})
+    cfg.verify = False
+    dm = MNISTDataModule(**{k: v for k, v in cfg.items() if k != "name"})
     assert dm.mirrors == ("http://127.0.0.1:1/",) and dm.check()["val"] == 16
+
+
+def test_builtin_data_sets_are_registered_by_importing_modelforge_data() -> None:
+    assert {"mnist", "fashion_mnist", "idx"} <= set(DATAMODULES.names())
+    assert set(KNOWN_DATASETS) <= set(DATAMODULES.names())
+    fashion = build_datamodule({"name": "fashion_mnist"})
+    assert fashion.name == "fashion_mnist" and fashion.class_names[9] == "Ankle boot"
+    assert fashion.normalization() == (FASHION_MNIST.mean, FASHION_MNIST.std)
+
+
+def test_fashion_mnist_fetches_from_its_own_mirrors(tmp_path: Path) -> None:
+    data = build_datamodule({"name": "fashion_mnist", "data_dir": str(tmp_path), "download": False})
+    with pytest.raises(DataError, match=r"(?s)^Fashion-MNIST files missing from data_dir .*"
+                                        r"hint: put .* from http://fashion-mnist.s3-website"):
+        data.check()
+
+
+def test_idx_folder_takes_shapes_classes_and_stats_from_its_files(tmp_path: Path) -> None:
+    write_idx_set(tmp_path / "bars", n_classes=5, size=(20, 20))
+    data = build_datamodule({"name": "idx", "data_dir": str(tmp_path / "bars"), "val_size": 8, "batch_size": 8})
+    assert data.name == "idx" and data.input_shape == (1, 20, 20) and data.n_classes == 5
+    paths = {name: find_file(tmp_path / "bars", name) for name in FILE_NAMES}
+    images = load_idx_set(paths, None)["train"][0].float() / 255
+    mean, std = data.normalization()
+    assert mean == pytest.approx(float(images.mean())) and std == pytest.approx(float(images.std()))
+    data.setup("fit")
+    x, y = next(iter(data.train_dataloader()))
+    assert x.shape == (8, 1, 20, 20) and int(y.max()) < 5
+    everything = torch.cat([b[0] for b in data.train_dataloader()] + [b[0] for b in data.val_dataloader()])
+    assert float(everything.mean()) == pytest.approx(0.0, abs=1e-4)  # normalized by its own stats
+    given = build_datamodule({"name": "idx", "data_dir": str(tmp_path / "bars"), "mean": 0.5, "std": 0.25,
+                              "n_classes": 7})
+    assert given.normalization() == (0.5, 0.25) and given.n_classes == 7
+
+
+def test_idx_folder_is_never_checked_against_checksums_nor_fetched(tmp_path: Path, serve_dir) -> None:
+    write_idx_set(tmp_path / "bars")  # verify and download stay at their defaults (true): no effect for idx
+    assert build_datamodule({"name": "idx", "data_dir": str(tmp_path / "bars"), "val_size": 8}).check()["val"] == 8
+    served = tmp_path / "served"
+    write_mnist_idx(served)
+    data = build_datamodule({"name": "idx", "data_dir": str(tmp_path / "empty"), "mirrors": [serve_dir(served)]})
+    with pytest.raises(DataError, match=r"^IDX files missing from data_dir"):
+        data.check()
+    assert not (tmp_path / "empty").exists()
+
+
+@pytest.mark.parametrize(("cfg", "match"), [
+    ({"name": "idx"}, r"data.data_dir: missing: the folder that holds the four IDX files"),
+    ({"name": "fashion_mnst"}, r"(?s)data.name: unknown datamodule 'fashion_mnst'.*did you mean 'fashion_mnist'"),
+    ({"name": "idx", "data_dir": "x", "n_clases": 3}, r"(?s)data.n_clases: data module 'idx' takes no option.*'n_classes'"),
+    ({"name": "mnist", "dataset": "fashion_mnist"}, r"data.dataset: data module 'mnist' takes no option 'dataset'"),
+    ({"name": "idx", "data_dir": "x", "std": 0}, r"data.std: got 0"),
+    ({"name": "idx", "data_dir": "x", "n_classes": 0}, r"data.n_classes: got 0"),
+    ({"name": "mnist", "eval_batch_size": 0}, r"data.eval_batch_size: got 0"),
+    ({"name": "mnist", "batch_size": "big"}, r"data.batch_size: data module 'mnist' expects a number"),
+])
+def test_bad_data_options_are_named(cfg: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        build_datamodule(cfg)
+
+
+def test_files_are_read_once_per_data_module(tmp_path: Path) -> None:
+    write_mnist_idx(tmp_path / "m", n_train=40, n_test=20)
+    data = build_datamodule({"name": "mnist", "data_dir": str(tmp_path / "m"), "val_size": 8, "verify": False})
+    data.prepare_data()  # the up-front check in train()
+    shutil.rmtree(tmp_path / "m")  # Lightning's prepare_data and setup of fit and test read nothing again
+    data.prepare_data()
+    data.setup("fit")
+    data.prepare_data()
+    data.setup("test")
+    assert len(data.test_set) == 20
+
+
+def test_a_new_data_module_reads_changed_files(tmp_path: Path) -> None:
+    write_mnist_idx(tmp_path / "m", n_train=10, n_test=10)
+    options = {"name": "mnist", "data_dir": str(tmp_path / "m"), "val_size": 2, "verify": False}
+    assert build_datamodule(options).check()["train"] == 8
+    write_mnist_idx(tmp_path / "m", n_train=20, n_test=10, seed=3)  # same paths, new contents
+    assert build_datamodule(options).check()["train"] == 18
+
+
+def test_cache_decoded_is_accepted_and_keeps_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    write_mnist_idx(tmp_path / "m", n_train=10, n_test=10)
+    for keep in (True, False):
+        options = {"name": "mnist", "data_dir": str(tmp_path / "m"), "val_size": 2, "cache_decoded": keep}
+        assert build_datamodule({**options, "verify": False}).check()["train"] == 8
+    assert not (tmp_path / "xdg").exists()
