@@ -419,3 +419,5 @@ def load_yaml_file(path: str | Path) -> DictConfig | ListConfig:
         return OmegaConf.load(Path(path))
     except yaml.YAMLError as exc:  # e.g. a duplicate key, found only while constructing
         raise _parse_error(Path(path), exc) from None
+    except OSError as exc:  # OmegaConf's word for a file that holds a bare scalar
+        raise ConfigError(str(path), f"must hold a mapping or a list: {exc}") from None

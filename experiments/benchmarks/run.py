@@ -11,8 +11,7 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
 - ``hooks``: a training step with no plugins, each plugin, all four, and the same network
   written by hand in plain ``torch.nn`` (no modelforge).
 - ``hotpath``: per-step work modelforge removed from the training step, before vs after.
-- ``dataread``: reading, checking and decoding MNIST's four files in a process, gunzipping them
-  (``data.cache_decoded=false``) vs reading the copies kept in the user cache.
+- ``dataread``: reading, checking and decoding MNIST's four files, with and without the md5 check.
 - ``startup``: ``--help``, ``list``, ``summary``, and ``train`` to its first step, vs ``python -c "import torch"``
   and vs ``import torch, hydra.main, omegaconf`` (what any Hydra app on torch imports before it starts).
 - ``build``: build time per node, ``create_model``/``build_model`` vs the same modules constructed in plain
@@ -150,7 +149,7 @@ def check_same_model(seed: int) -> None:
 def loop(args: argparse.Namespace) -> dict:
     from bench_loop_overhead import measure
 
-    from modelforge.data.mnist_files import resolve_data_dir
+    from modelforge.data import resolve_data_dir
 
     steps, rounds = (200, 3) if args.quick else (400, 7)
     values = measure(str(resolve_data_dir(args.data_dir)), steps, rounds)
@@ -214,23 +213,23 @@ def hotpath(args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------- data read
 def dataread(args: argparse.Namespace) -> dict:
-    """MNIST's four files read, checked and decoded in this process: gunzip vs kept copy (interleaved)."""
-    from modelforge.data import mnist_files
+    """MNIST's four files found, read, checked (md5) and decoded, as each run does once: with and
+    without the md5 check (data.verify), interleaved."""
+    from modelforge.data import MNIST, ensure_files, load_idx_set, resolve_data_dir
 
-    data_dir = str(mnist_files.resolve_data_dir(args.data_dir))
-    mnist_files.load_mnist(data_dir)  # downloads if need be, and keeps the gunzipped copies
+    data_dir = resolve_data_dir(args.data_dir)
+    paths = ensure_files(data_dir, MNIST)  # downloads if need be
 
-    def read(cache: bool) -> Callable[[], dict]:
+    def read(verify: bool) -> Callable[[], dict]:
         def run() -> dict:
-            mnist_files._decoded_cache.clear()  # as a new process would start
             start = time.perf_counter()
-            mnist_files.load_mnist(data_dir, cache=cache)
+            load_idx_set(paths, MNIST, verify=verify)
             return {"s": time.perf_counter() - start}
         return run
 
-    values = interleaved({"gunzip each run (data.cache_decoded=false)": read(False),
-                          "kept copy (data.cache_decoded=true, the default)": read(True)}, 3 if args.quick else 7)
-    return {"data_dir": data_dir, "figures": {name: summary(v["s"]) for name, v in values.items()}}
+    values = interleaved({"read + md5 (data.verify=true, the default)": read(True),
+                          "read only (data.verify=false)": read(False)}, 3 if args.quick else 7)
+    return {"data_dir": str(data_dir), "figures": {name: summary(v["s"]) for name, v in values.items()}}
 
 
 # ---------------------------------------------------------------- startup

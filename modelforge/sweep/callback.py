@@ -22,7 +22,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, read_write
 
 from modelforge.errors import ConfigError
-from modelforge.sweep.summary import METRICS_FILE, JobRow, format_text, one_line, read_rows, swept_overrides, write_summary
+from modelforge.sweep.summary import (
+    METRICS_FILE,
+    JobRow,
+    format_text,
+    one_line,
+    read_rows,
+    swept_overrides,
+    write_summary,
+)
 from modelforge.train.records import check_sweep_dir, refuse, write_text
 
 log = logging.getLogger(__name__)
@@ -126,7 +134,7 @@ def record_failure(job_dir: Path, job_return: JobReturn, started: float = 0.0, m
         return  # train() recorded how it stopped (failed, diverged, terminated, ...)
     exc = job_return._return_value  # the public `return_value` re-raises it
     if isinstance(exc, CompactHydraException) and exc.__cause__ is not None:
-        exc = exc.__cause__  # hydra_app's SweepJobError wraps the ModelforgeError
+        exc = exc.__cause__  # modelforge.cli.app.SweepJobError wraps the ModelforgeError
     metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}")
     metrics.setdefault("overrides", list(job_return.overrides or []))
     metrics.setdefault("run_dir", str(job_dir))

@@ -29,6 +29,9 @@ import pytest
     (["summary", "seed=[1"], "error: seed=[1: no viable alternative at input '[1'"),
     (["summary", "model=no/such/file.yaml"], "error: model: no model file 'no/such/file.yaml'"),
     (["train", "experiment=fastt"], "error: experiment: unknown experiment option 'fastt'\n  did you mean 'fast'?"),
+    (["summary", "~optim"], "'optim'"),  # a deletion the defaults list refuses: Hydra's words
+    (["summary", "--config-dir", "/nonexistent/folder", "model=cnn"], "error: --config-dir: "),
+    (["summary", "--experimental-rerun", "config.pickle"], "error: --experimental-rerun: not supported"),
 ])
 def test_bad_override_is_one_message_with_exit_2(run_main, args: list[str], message: str) -> None:
     result = run_main(*args)
@@ -59,3 +62,36 @@ def test_cli_prints_it_without_hydra_traceback(cli) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("error: model.enc_size: no key 'enc_size' at 'model'\n  did you mean 'enc_sizes'?")
     assert "not in struct" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    # Hydra refuses a sweep of hydra.*: the entry is written as a sweep of the key itself.
+    ("hydra.sweeper.params.optim.lr=choice(0.1,0.01)",
+     "error: hydra.sweeper.params.optim.lr: Hydra's own config (hydra.*) cannot be swept\n"
+     "  hint: a search-space entry is a sweep of the key itself, with -m: 'optim.lr=choice(0.1,0.01)'"),
+    # hydra.sweeper.params' keys hold dots: optim.lr is one key, not optim's lr.
+    ("hydra.sweeper.params.optim.lr=0.1",
+     "error: hydra.sweeper.params.optim: no key 'optim' at 'hydra.sweeper.params'\n  did you mean 'optim.lr'?\n"),
+    ("hydra.sweeper.n_trial=5", "error: hydra.sweeper.n_trial: no key 'n_trial' at 'hydra.sweeper'\n"
+                                "  did you mean 'n_trials'?\n  allowed: _target_, custom_search_space, direction"),
+])
+def test_a_sweeper_key_is_named_where_it_is_missing(run_main, tmp_path: Path, override: str, message: str) -> None:
+    result = run_main("train", "-m", "hparams_search=optuna", override, "hydra.sweeper.n_trials=1", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(message), result.stderr
+    assert "top level" not in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before the sweep directory
+
+
+@pytest.mark.filterwarnings("ignore:Deprecated API features detected")  # optuna 2.x on SQLAlchemy 1.4
+def test_the_hinted_search_space_entry_is_what_optuna_searches(run_main, tmp_path: Path) -> None:
+    from tests.data_helpers import write_mnist_idx
+    from tests.train.conftest import tiny_cli_args
+
+    write_mnist_idx(tmp_path / "mnist", n_train=64, n_test=32)
+    result = run_main("train", "-m", "hparams_search=optuna", "optim.lr=choice(0.05)", "hydra.sweeper.n_trials=1",
+                      "trainer.fast_dev_run=true", *tiny_cli_args(tmp_path / "mnist"), "hydra.sweep.dir=sweep",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    overrides = (tmp_path / "sweep" / "summary.csv").read_text().splitlines()[1]
+    assert "optim.lr=0.05" in overrides and "enc_sizes=" in overrides  # the rest of the space is still searched

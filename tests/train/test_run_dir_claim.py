@@ -25,7 +25,7 @@ from tests.train.conftest import TINY, compose_train
 # two such processes leave the starting line within a millisecond of each other.
 WAIT_THEN_RUN = """
 import os, runpy, sys, time
-import modelforge.cli.hydra_app, modelforge.cli.train_cmd, modelforge.train.run
+import modelforge.cli.app, modelforge.cli.commands, modelforge.train.run
 ready, start = sys.argv.pop(1), sys.argv.pop(1)
 open(ready, "w").close()
 while not os.path.exists(start):

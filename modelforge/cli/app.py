@@ -1,0 +1,238 @@
+"""Running a command as a Hydra app, which parses and composes once. modelforge adds what Hydra lacks: bounded
+user YAML and ``model=FILE.yaml``, and each refusal as one ``error:`` (exit 2) with the closest name."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hydra import version
+from hydra._internal.config_repository import ConfigRepository
+from hydra._internal.utils import (
+    _run_hydra,
+    create_automatic_config_search_path,
+    get_args_parser,
+    run_and_report,
+)
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.object_type import ObjectType
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import (
+    CompactHydraException,
+    ConfigCompositionException,
+    HydraException,
+    InstantiationException,
+    MissingConfigException,
+    OverrideParseException,
+    SearchPathException,
+)
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+)
+
+from modelforge.cli.run_checks import EXIT_CONFIG_ERROR, forget_validated, refuse
+from modelforge.config import check_yaml_file, conf_dir, load_yaml_file
+from modelforge.errors import (
+    ConfigError,
+    ModelforgeError,
+    UnknownNameError,
+    closest_names,
+)
+from modelforge.sweep.callback import exit_if_jobs_failed, report_unfinished_sweeps
+from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
+
+FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's documented switch: raise errors instead of printing them
+SEARCH_SPACE = "hydra.sweeper.params"  # the Optuna sweeper's; its keys hold dots (optim.lr)
+
+
+def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) -> int:
+    """Run ``task`` as the Hydra app of config ``config_name`` over ``argv``; return the exit code."""
+    for name, resolver in (("mf_uid", lambda: uuid.uuid4().hex[:6]), ("mf_config_groups", _help_groups)):
+        if not OmegaConf.has_resolver(name):  # mf_uid, cached: two runs started in one second get two dirs
+            OmegaConf.register_new_resolver(name, resolver, use_cache=name == "mf_uid")
+    version.setbase("1.3")
+    parser = get_args_parser()
+    cmd = CommandLine(parser.parse_args(argv), config_name)  # a bad flag exits as Hydra would
+    users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]
+
+    def job(cfg: DictConfig) -> Any:  # the task in the user's environment, its errors reported as ours
+        from modelforge.train.stopping import RunStopped  # loads Lightning
+
+        sweep, saved_argv = HydraConfig.get().mode == RunMode.MULTIRUN, sys.argv
+        _set_env(FULL_ERROR, users_full_error)  # the user's, for the job and the DDP ranks it starts
+        sys.argv = sweep_job_argv(command) if sweep else saved_argv  # DDP ranks re-run it: in a sweep, this job
+        try:
+            with fresh_ddp_state():
+                return task(cfg)
+        except (RunStopped, ModelforgeError) as exc:
+            if not sweep or getattr(exc, "ends_sweep", False):
+                refuse(exc)  # with its exit code; a signal ends the sweep too
+            if isinstance(exc, RunStopped):
+                print(f"error: {exc}", file=sys.stderr)
+            raise SweepJobError(f"{type(exc).__name__}: {exc}") from exc  # this job failed; the sweep goes on
+        finally:
+            sys.argv = saved_argv
+            _set_env(FULL_ERROR, "1")
+
+    try:
+        _set_env(FULL_ERROR, "1")
+        if cmd.args.experimental_rerun:  # it unpickles a file: a config must not run code
+            raise ConfigError("--experimental-rerun", "not supported: run the command again")
+        cmd.prepare()
+        _run_hydra(args=cmd.args, args_parser=parser, task_function=job, config_path=str(conf_dir()),
+                   config_name=config_name)
+        exit_if_jobs_failed()  # a sweep that went on past failed jobs (Optuna) still fails the command
+        return 0
+    except BaseException as exc:
+        _set_env(FULL_ERROR, users_full_error)
+        report_unfinished_sweeps()  # Hydra stops a sweep at a failed job without on_multirun_end
+        if (error := config_error(exc, cmd)) is None:  # Hydra's report and exit 1; SystemExit, ^C pass through
+            run_and_report(functools.partial(_reraise, exc))
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    finally:
+        _set_env(FULL_ERROR, users_full_error)
+        forget_validated()
+
+
+def _help_groups() -> str:  # --help: as Hydra lists them, less Hydra's own and the generated *_defaults
+    return GlobalHydra.instance().hydra.format_config_groups(
+        lambda group: group.partition("/")[0] != "hydra" and not group.endswith("_defaults"))
+
+
+def _set_env(name: str, value: str | None) -> None:
+    os.environ.pop(name, None)
+    os.environ.update({} if value is None else {name: value})
+
+
+def _reraise(exc: BaseException) -> None:
+    raise exc
+
+
+class SweepJobError(CompactHydraException):
+    """A sweep job's error: Hydra records the job as failed and prints this kind in one line."""
+
+
+class CommandLine:
+    """Hydra's parse of a command's arguments, and the user's config folders they name."""
+
+    def __init__(self, args: argparse.Namespace, config_name: str) -> None:
+        self.args, self.config_name = args, args.config_name or config_name
+        try:
+            self.overrides = OverridesParser.create().parse_overrides(args.overrides)
+        except HydraException:
+            self.overrides = []  # Hydra reports the bad override when it composes
+        self.folders = [f"file://{os.path.abspath(args.config_dir)}"] if args.config_dir else []
+        self.folders += [str(v) for o in self.overrides if o.key_or_group == "hydra.searchpath" for v in _values(o)]
+
+    def group_options(self, group: str) -> list[str]:
+        """The options of config group ``group`` in conf/, plugins and the user's folders (Hydra cleared its own)."""
+        search_path = create_automatic_config_search_path(None, None, str(conf_dir()))
+        for folder in self.folders:
+            search_path.append("command-line", folder)
+        return sorted(ConfigRepository(search_path).get_group_options(group, ObjectType.CONFIG))
+
+    def prepare(self) -> None:
+        """Bound the YAML in the user's folders; store ``model=FILE.yaml`` in Hydra's ConfigStore as typed."""
+        for folder in (f.removeprefix("file://") for f in self.folders if f.startswith("file://")):
+            for path in sorted(Path(folder).expanduser().rglob("*.y*ml")):
+                check_yaml_file(path)
+        for value in (v for o in self.overrides if o.key_or_group == "model" and not o.is_delete() for v in _values(o)):
+            if isinstance(value, str) and value.endswith((".yaml", ".yml")):
+                if not (path := Path(value).expanduser()).is_file():
+                    raise ConfigError("model", f"no model file {value!r} (looked for {path.resolve()})",
+                                      hint="name a model option (model=cnn) or a YAML file (model=configs/my.yaml)")
+                if not isinstance(node := load_yaml_file(path), DictConfig):  # bounded, as above
+                    raise ConfigError("model", f"{path} must hold a mapping (name: ...), not a {type(node).__name__}")
+                *group, name = ["model", *filter(None, value.split("/"))]  # Hydra looks up "model/<value>"
+                ConfigStore.instance().store(name=name, node=node, group="/".join(group), package="model")
+
+
+def _values(override: Override) -> list[Any]:
+    """The values an override gives: a list's items, a sweep's choices."""
+    try:
+        value = list(override.sweep_string_iterator()) if override.is_sweep_override() else override.value()
+    except Exception:  # noqa: BLE001 - glob() and interval() sweeps list nothing
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None:
+    """The one-message error for ``exc``, or None when it is not a config problem."""
+    if isinstance(exc, ModelforgeError):
+        return exc
+    reported = (CompactHydraException, OmegaConfBaseException)
+    if isinstance(exc, (InstantiationException, SweepJobError)) or not isinstance(exc, reported):
+        return None
+    if isinstance(exc, MissingConfigException) and "/" in (exc.missing_cfg_file or ""):
+        group, _, option = exc.missing_cfg_file.removesuffix(".yaml").rpartition("/")
+        return UnknownNameError(f"{group} option", option, exc.options or cmd.group_options(group), path=group)
+    if isinstance(exc, OverrideParseException):
+        return ConfigError(exc.override, exc.message.split("\n")[0], hint="quote it: 'key=[1,2]'; grammar: "
+                           "https://hydra.cc/docs/advanced/override_grammar/basic/")
+    composing = isinstance(exc, ConfigCompositionException)
+    cause = exc.__cause__ if composing else exc
+    if composing and isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and cause.parent_node is not None:
+        return _unknown_key(cause, cmd)
+    if isinstance(cause, OmegaConfBaseException) and cause.full_key:
+        return ConfigError(str(cause.full_key), str(getattr(cause, "msg", cause)).split("\n")[0])
+    if composing and cause is None and (error := _refused_override(str(exc), cmd)):
+        return error
+    return ConfigError("--config-dir" if isinstance(exc, SearchPathException) else "",
+                       str(exc).split("\nConfig search path")[0].strip() or type(exc).__name__)
+
+
+def _refused_override(message: str, cmd: CommandLine) -> ConfigError | None:
+    """Refusals Hydra 1.3 words only: a sweep of ``hydra.*``, a group override its defaults list refuses."""
+    for override in cmd.overrides:
+        group = override.key_or_group
+        if override.is_hydra_override() and override.is_sweep_override():
+            return ConfigError(group, "Hydra's own config (hydra.*) cannot be swept", hint=_search_space_hint(override))
+        named = f"'{group}'" in message or f" {group}." in message  # as Hydra 1.3 words it
+        if not named or override.is_delete() or not (options := cmd.group_options(group)):
+            continue
+        if unknown := [str(v) for v in _values(override) if str(v) not in options]:
+            return UnknownNameError(f"{group} option", unknown[0], options, path=group)
+        if override.is_add():
+            return ConfigError(group, f"the {cmd.config_name} config already picks a {group} option",
+                               hint=f"write {group}=OPTION to choose another; +{group}=... adds a group it lacks")
+        return ConfigError(group, f"the {cmd.config_name} config has no {group} group in its defaults",
+                           hint=f"+{group}={override.get_value_string()} adds it")
+    return None
+
+
+def _unknown_key(cause: OmegaConfBaseException, cmd: CommandLine) -> ConfigError:
+    """An override of a key the composed config lacks: where, the closest key there, and what exists."""
+    missing, node = str(cause.full_key), cause.parent_node
+    parent, _, key = missing.rpartition(".")
+    keys = sorted(str(k) for k in node if parent or k != "hydra")
+    typed = next((o for o in cmd.overrides if f"{o.key_or_group}.".startswith(f"{missing}.")), None)
+    full = typed.key_or_group if typed else missing
+    after = full[len(missing) + 1:].partition(".")[0]
+    if parent == SEARCH_SPACE and typed:
+        hint = _search_space_hint(typed)
+    elif not parent and after and after in cmd.group_options(key):
+        hint = f"{key} is a config group: select the option first, e.g. {key}=[{after}]"
+    elif parent and key in cmd.group_options(parent.replace(".", "/")):
+        hint = f"'{key}' is an option of the {parent} group: select it first, e.g. {parent}=[{key}]"
+    else:  # a structured config (as Hydra's own) takes no new key
+        hint = f"to add a key that is not in the config, write +{full}=..." if OmegaConf.get_type(node) is dict else None
+    problem = f"no key {key!r} at " + (f"'{parent}'" if parent else "the top level of the config")
+    return ConfigError(missing, problem, allowed=keys, suggestions=closest_names(key, keys), hint=hint)
+
+
+def _search_space_hint(typed: Override) -> str | None:  # for hydra.sweeper.params.KEY=...
+    entry, value = typed.key_or_group.partition(f"{SEARCH_SPACE}.")[2], typed.get_value_string().strip("'\"")
+    return f"a search-space entry is a sweep of the key itself, with -m: '{entry}={value}'" if entry else None

@@ -1,0 +1,96 @@
+"""The commands: ``train``, ``eval`` and ``summary`` (tasks that Hydra runs) and ``list``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig
+
+from modelforge.build import build_model, model_config_from_run
+from modelforge.cli.run_checks import take_validated
+from modelforge.config import conf_dir, load_yaml_file, to_plain
+from modelforge.errors import UnknownNameError
+from modelforge.hooks import build_hook_plugins
+from modelforge.inspect import model_graph, summary
+from modelforge.registry import REGISTRIES
+
+
+def train_task(cfg: DictConfig) -> float:
+    """Train one configuration; the returned metric is what sweepers optimize."""
+    from modelforge.train import train  # loads Lightning
+
+    return train(take_validated(cfg))  # checked before Hydra made the run directory
+
+
+def eval_task(cfg: DictConfig) -> dict[str, float]:
+    """Rebuild the model from the checkpoint's stored config and test it."""
+    from modelforge.train import evaluate  # loads Lightning
+
+    return evaluate(cfg)
+
+
+def summary_task(cfg: DictConfig) -> None:
+    """Build, attach any hook plugins, run one dummy batch, print the table (and draw the graph if asked)."""
+    options = cfg.get("summary") or {}
+    if options.get("graph"):
+        model_graph.check_picture_path(options["graph"])  # before any work
+    model_cfg = model_config_from_run(cfg)
+    plugins = build_hook_plugins(cfg.get("hooks"), path="hooks")
+    model = build_model(model_cfg, seed=cfg.seed)
+    with contextlib.ExitStack() as attached:
+        for plugin in plugins:
+            attached.enter_context(plugin.attach(model, run_dir=Path.cwd()))
+        rows = summary.summarize(model, model.input_shape, batch_size=cfg.batch_size)
+    print(model, summary.format_summary(model, rows, model.input_shape, expand=bool(options.get("expand"))), sep="\n\n")
+    if options.get("graph"):  # summary.graph=model.svg: the module graph, skips drawn as arcs
+        drawn = model_graph.draw_model_graph(model, model.input_shape, options["graph"], title=model_cfg["name"])
+        print(f"module graph written to {drawn}")
+
+
+def list_names(argv: list[str]) -> int:
+    """``list [REGISTRY] [GLOB] [--config-dir DIR]``; ``blocks`` adds the composite blocks of conf/ and DIR."""
+    parser = argparse.ArgumentParser(prog="python -m modelforge list", description="List registries and their names.")
+    parser.add_argument("registry", nargs="?", help=f"one of: {', '.join(REGISTRIES)}")
+    parser.add_argument("pattern", nargs="?", default="*", help="glob over names, e.g. 'conv*'")
+    parser.add_argument("--config-dir", type=Path, help="a folder of your configs: its blocks/ are listed too")
+    args = parser.parse_args(argv)
+    if args.registry is not None and args.registry not in REGISTRIES:
+        raise UnknownNameError("registry", args.registry, REGISTRIES, path="list")
+    if args.registry in (None, "datamodules"):
+        import modelforge.data  # noqa: F401 - registers the built-in data modules (loads Lightning)
+    lines = []
+    for registry in [REGISTRIES[args.registry]] if args.registry else REGISTRIES.values():
+        shipped = _shipped_options({"callbacks": "callbacks", "loggers": "logger"}.get(registry.name), args.pattern)
+        rows = _table(shipped + [(name, registry.describe(name)) for name in registry.names(args.pattern)])
+        lines += [f"{registry.name}: {registry.description}", *(rows or [f"  (no names match {args.pattern!r})"])]
+        if registry.name == "blocks" and (composites := _composites([args.config_dir, conf_dir()], args.pattern)):
+            lines += ["  composite blocks (a model file's defaults: - /blocks/<file>@blocks):", *_table(composites)]
+        lines.append("")
+    print("\n".join(lines).rstrip())
+    return 0
+
+
+def _shipped_options(group: str | None, pattern: str) -> list[tuple[str, str]]:
+    """The options of conf/callbacks or conf/logger, with the class each instantiates."""
+    files = sorted((conf_dir() / group).glob("*.yaml")) if group else []
+    return [(f.stem, f"conf/{group}/{f.name}: {yaml.safe_load(f.read_text())['_target_']}")
+            for f in files if fnmatch.fnmatch(f.stem, pattern)]
+
+
+def _table(rows: list[tuple[str, str]]) -> list[str]:
+    width = max((len(name) for name, _ in rows), default=0)
+    return [f"  {name.ljust(width)}  {about}" for name, about in rows]
+
+
+def _composites(folders: list[Path | None], pattern: str) -> list[tuple[str, str]]:  # of blocks/*.yaml
+    found = []
+    for path in (p for folder in folders if folder for p in sorted((folder / "blocks").glob("*.yaml"))):
+        for name, spec in (to_plain(load_yaml_file(path)) or {}).items():
+            if isinstance(spec, dict) and fnmatch.fnmatchcase(name, pattern):
+                params = ", ".join(k if v == "???" else f"{k}={v}" for k, v in (spec.get("params") or {}).items())
+                found.append((f"{name}({params})", f"{spec.get('description', '')} [blocks/{path.name}]"))
+    return found
