@@ -4,6 +4,7 @@ user YAML and ``model=FILE.yaml``, and each refusal as one ``error:`` (exit 2) w
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import uuid

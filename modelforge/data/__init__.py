@@ -5,11 +5,27 @@ Importing it registers the built-in ``data=`` names. ``import modelforge`` does 
 """
 
 from modelforge.data.build import build_datamodule, describe_data
-from modelforge.data.datamodule import FashionMNISTDataModule, IdxDataModule, MnistBatches, MNISTDataModule
-from modelforge.data.datamodule import ResumableShuffle, random_shift
+from modelforge.data.datamodule import (
+    FashionMNISTDataModule,
+    IdxDataModule,
+    MnistBatches,
+    MNISTDataModule,
+    ResumableShuffle,
+    random_shift,
+)
 from modelforge.data.download import ensure_files, find_file, resolve_data_dir
-from modelforge.data.idx import FASHION_MNIST, FILE_NAMES, IMAGES_MAGIC, KNOWN_DATASETS, LABELS_MAGIC, MNIST
-from modelforge.data.idx import IdxDataset, load_idx_set, parse_idx, read_idx_bytes
+from modelforge.data.idx import (
+    FASHION_MNIST,
+    FILE_NAMES,
+    IMAGES_MAGIC,
+    KNOWN_DATASETS,
+    LABELS_MAGIC,
+    MNIST,
+    IdxDataset,
+    load_idx_set,
+    parse_idx,
+    read_idx_bytes,
+)
 from modelforge.registry import DATAMODULES
 
 DATAMODULES.add("mnist", MNISTDataModule)
