@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import signal
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -132,3 +133,51 @@ def allocation_errors(model_cfg: Mapping[str, Any] | None, while_doing: str) -> 
         if not (is_allocation_failure(exc) or isinstance(exc, MemoryError)):
             raise
         raise allocation_error(exc, model_cfg, while_doing) from None
+
+
+# Why a run stopped early, and the exit code the CLI reports (bad input exits 2; any other
+# failure 1). A terminated or interrupted job also ends a sweep; a diverged one fails that job only.
+EXIT_DIVERGED = 3
+
+
+class RunStopped(Exception):
+    """Training stopped before its end for a reason the user should see in one message."""
+
+    status = "failed"
+    exit_code = 1
+    ends_sweep = False
+    resume_with: str | None = None  # "ckpt_path=..." once the run's checkpoint is known
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n  hint: resume with {self.resume_with}" if self.resume_with else text
+
+
+class Terminated(RunStopped):
+    """A signal asked the run to stop (a cluster preempting it, ``kill``, ``timeout``)."""
+
+    status = "terminated"
+    ends_sweep = True
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+        super().__init__(f"stopped by {signal.Signals(self.signum).name}")
+
+
+class Interrupted(RunStopped):
+    """Ctrl-C."""
+
+    status = "interrupted"
+    exit_code = 128 + signal.SIGINT
+    ends_sweep = True
+
+    def __init__(self) -> None:
+        super().__init__("stopped by Ctrl-C (SIGINT)")
+
+
+class Diverged(RunStopped):
+    """The training loss stopped being a number, or left the bound set for it."""
+
+    status = "diverged"
+    exit_code = EXIT_DIVERGED

@@ -48,6 +48,7 @@ from modelforge.config import check_yaml_file, conf_dir, load_yaml_file
 from modelforge.errors import (
     ConfigError,
     ModelforgeError,
+    RunStopped,
     UnknownNameError,
     closest_names,
 )
@@ -69,7 +70,6 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
     users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]
 
     def job(cfg: DictConfig) -> Any:  # the task in the user's environment, its errors reported as ours
-        from modelforge.train.stopping import RunStopped  # loads Lightning
 
         sweep, saved_argv = HydraConfig.get().mode == RunMode.MULTIRUN, sys.argv
         _set_env(FULL_ERROR, users_full_error)  # the user's, for the job and the DDP ranks it starts

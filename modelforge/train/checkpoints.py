@@ -17,9 +17,15 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
 from torch import nn
 
-from modelforge.errors import CheckpointError, is_allocation_failure
+from modelforge.errors import (
+    CheckpointError,
+    Diverged,
+    Interrupted,
+    RunStopped,
+    Terminated,
+    is_allocation_failure,
+)
 from modelforge.train.records import write_with
-from modelforge.train.stopping import Diverged, Interrupted, RunStopped, Terminated
 
 # torch._weights_only_unpickler: "Detected pickle protocol 5 in the checkpoint, which was not the default ..."
 _PROTOCOL_WARNING = r"Detected pickle protocol \d+ in the checkpoint"

@@ -163,8 +163,9 @@ def check_run_dir(run_dir: Path, command: str) -> None:
                 "(the resumed run gets a directory of its own)")
     else:
         hint = f"leave hydra.run.dir unset: `{command}` writes into a new directory of its own"
+    # One line, as for a directory taken by a run under way: two runs racing for it see one or the other.
     raise ConfigError("hydra.run.dir", f"{run_dir} already holds a run ({', '.join(p.name for p in found[:3])}); "
-                      "it is left untouched", hint=hint)
+                      f"it is left untouched: {hint}")
 
 
 def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = False) -> None:

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from modelforge.build import build_model
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
-from modelforge.errors import ConfigError
+from modelforge.errors import ConfigError, Terminated
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.summary import describe_model
 from modelforge.train.callbacks import early_stop_summary
@@ -38,12 +38,7 @@ from modelforge.train.records import (
     write_yaml,
 )
 from modelforge.train.run_config import RunConfig, validate_run_config
-from modelforge.train.stopping import (
-    ReceivedSignal,
-    Terminated,
-    stop_reason,
-    stop_signals,
-)
+from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,

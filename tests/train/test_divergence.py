@@ -12,8 +12,9 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
+from modelforge.errors import Diverged
 from modelforge.train import train
-from modelforge.train.stopping import Diverged, DivergenceGuard
+from modelforge.train.stopping import DivergenceGuard
 from tests.train.conftest import compose_train, tiny_cli_args
 
 # _NanAtStep validates only in the tests that give it validation data.

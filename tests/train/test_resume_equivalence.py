@@ -12,9 +12,8 @@ import torch
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Callback
 
-from modelforge.errors import ConfigError
+from modelforge.errors import ConfigError, Terminated
 from modelforge.train import train
-from modelforge.train.stopping import Terminated
 from tests.train.conftest import compose_train
 
 SAME = ("seed=3", "trainer.deterministic=true", "model=cnn", "enc_sizes=[4]", "dec_sizes=[16]", "model.dropout=0.2")

@@ -81,8 +81,8 @@ def test_sigterm_before_training_starts_still_says_terminated(tiny_mnist: Path, 
     import os
 
     from modelforge.data import MNISTDataModule
+    from modelforge.errors import Terminated
     from modelforge.train import train
-    from modelforge.train.stopping import Terminated
     from tests.train.conftest import compose_train
 
     prepare = MNISTDataModule.prepare_data

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from modelforge.errors import Interrupted
 from modelforge.train import evaluate, train
-from modelforge.train.stopping import Interrupted
 from tests.train.conftest import compose_train
 
 
