@@ -19,6 +19,7 @@ from torch import nn
 
 from modelforge.errors import (
     CheckpointError,
+    ConfigError,
     Diverged,
     Interrupted,
     RunStopped,
@@ -256,3 +257,14 @@ def failure_record(reason: BaseException, run_dir: Path) -> dict[str, Any]:
         log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
                   status, resume, resume)
     return failure
+
+
+def check_epochs_left(ckpt: dict[str, Any], trainer_cfg: dict[str, Any]) -> None:
+    """Refuse a resume that has no epoch left to train (it would test the weights again and stop)."""
+    done = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {}).get("processed")
+    max_epochs = trainer_cfg.get("max_epochs")
+    by_steps = trainer_cfg.get("max_steps") not in (None, -1)
+    if isinstance(done, int) and isinstance(max_epochs, int) and 0 <= max_epochs <= done and not by_steps:
+        raise ConfigError("trainer.max_epochs", f"the checkpoint has trained {done} epochs, so "
+                          f"trainer.max_epochs={max_epochs} leaves nothing to train",
+                          hint=f"resume with trainer.max_epochs={done + 1} or more")

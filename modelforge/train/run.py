@@ -25,7 +25,12 @@ from modelforge.errors import ConfigError, Terminated
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.summary import describe_model
 from modelforge.train.callbacks import early_stop_summary
-from modelforge.train.checkpoints import check_fits, failure_record, load_checkpoint
+from modelforge.train.checkpoints import (
+    check_epochs_left,
+    check_fits,
+    failure_record,
+    load_checkpoint,
+)
 from modelforge.train.console import quiet_third_party, run_log
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
@@ -78,6 +83,7 @@ def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> 
         plugin.targets(model)
     if ckpt is not None:
         check_fits(ckpt, module)
+        check_epochs_left(ckpt, run.config.get("trainer") or {})
     trainer = build_trainer(run.config, run_dir, run.plugins)
     check_precision(run.plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
     # Last check, as it may download: verifies (or fetches) the data files before any training.

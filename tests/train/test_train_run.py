@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modelforge.errors import Interrupted
+from modelforge.errors import ConfigError, Interrupted
 from modelforge.train import evaluate, train
 from tests.train.conftest import compose_train
 
@@ -133,3 +133,16 @@ def test_ctrl_c_mid_epoch_keeps_a_checkpoint_to_resume_from(tiny_mnist: Path, tm
     train(compose_train(tiny_mnist, *args, f"ckpt_path={saved}"), run_dir=tmp_path / "resumed")
     resumed = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
     assert resumed["status"] == "finished" and resumed["global_step"] == 8 and resumed["epochs"] == 2
+
+
+def test_resuming_a_finished_run_with_no_epoch_left_says_so(tiny_mnist: Path, tmp_path: Path) -> None:
+    first = compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=1")
+    train(first, run_dir=tmp_path / "a")
+    last = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    again = compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=1", f"ckpt_path={last}")
+    with pytest.raises(ConfigError, match=r"trainer.max_epochs: the checkpoint has trained 1 epochs, so "
+                                          r"trainer.max_epochs=1 leaves nothing to train"):
+        train(again, run_dir=tmp_path / "b")
+    more = compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=2", f"ckpt_path={last}")
+    train(more, run_dir=tmp_path / "c")
+    assert json.loads((tmp_path / "c" / "metrics.json").read_text())["epochs_this_run"] == 1
