@@ -31,13 +31,43 @@ from modelforge.sweep.summary import (
     swept_overrides,
     write_summary,
 )
-from modelforge.train.records import check_sweep_dir, refuse, write_text
+from modelforge.train.records import refuse, write_text
 
 log = logging.getLogger(__name__)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 NOT_RUN = "not run"
 _SWEEPS: list[SweepSummary] = []  # this process's sweeps, for the CLI once Hydra returns or raises
+
+
+SQLITE_PREFIX = "sqlite:///"
+
+
+def check_sweep_dir(config: DictConfig) -> None:
+    """Raise ConfigError when ``hydra.sweep.dir`` holds a sweep that this one is not continuing.
+
+    Continuing is what the Optuna sweeper does with a study stored in that directory: its
+    new jobs get new directories (``<num>_<launch id>``), so no finished job's record changes.
+    """
+    sweep_dir = Path(config.hydra.sweep.dir)
+    if not sweep_dir.is_dir():
+        return
+    earlier = [p for p in (sweep_dir / "multirun.yaml", sweep_dir / "summary.csv") if p.exists()]
+    earlier += sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
+    if not earlier or _continues_a_study(config, sweep_dir):
+        return
+    raise ConfigError("hydra.sweep.dir", f"{sweep_dir} already holds a sweep ({', '.join(p.name for p in earlier[:4])}"
+                      f"{', ...' if len(earlier) > 4 else ''}); it is left untouched",
+                      hint="pick a new hydra.sweep.dir (or leave it unset); an Optuna search "
+                           "(hparams_search=optuna) continues the study stored in its directory")
+
+
+def _continues_a_study(config: DictConfig, sweep_dir: Path) -> bool:
+    storage = str(config.hydra.sweeper.get("storage") or "")
+    if not storage.startswith(SQLITE_PREFIX):
+        return False
+    db = Path(storage[len(SQLITE_PREFIX):])
+    return db.is_file() and db.resolve().parent == sweep_dir.resolve()
 
 
 class SweepSummary(Callback):

@@ -131,7 +131,6 @@ EXIT_CONFIG_ERROR = 2
 FINAL_RECORDS = ("metrics.json", "eval_metrics.json")  # written when a run ends, however it ends
 RUN_FILES = (*FINAL_RECORDS, "config.yaml")
 CLAIM_FILE = ".run_claim"  # who claimed the directory: pid, host, time, command
-SQLITE_PREFIX = "sqlite:///"
 
 # Directories a Hydra callback of this process claimed for the task Hydra runs next: that
 # task's own claim_run_dir takes the claim over, once.
@@ -225,33 +224,6 @@ def _taken(run_dir: Path) -> ConfigError:
 def _unwritable(run_dir: Path, why: str) -> ConfigError:
     return ConfigError("hydra.run.dir", f"cannot write the run directory {run_dir}: {why}",
                        hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run")
-
-
-def check_sweep_dir(config: DictConfig) -> None:
-    """Raise ConfigError when ``hydra.sweep.dir`` holds a sweep that this one is not continuing.
-
-    Continuing is what the Optuna sweeper does with a study stored in that directory: its
-    new jobs get new directories (``<num>_<launch id>``), so no finished job's record changes.
-    """
-    sweep_dir = Path(config.hydra.sweep.dir)
-    if not sweep_dir.is_dir():
-        return
-    earlier = [p for p in (sweep_dir / "multirun.yaml", sweep_dir / "summary.csv") if p.exists()]
-    earlier += sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
-    if not earlier or _continues_a_study(config, sweep_dir):
-        return
-    raise ConfigError("hydra.sweep.dir", f"{sweep_dir} already holds a sweep ({', '.join(p.name for p in earlier[:4])}"
-                      f"{', ...' if len(earlier) > 4 else ''}); it is left untouched",
-                      hint="pick a new hydra.sweep.dir (or leave it unset); an Optuna search "
-                           "(hparams_search=optuna) continues the study stored in its directory")
-
-
-def _continues_a_study(config: DictConfig, sweep_dir: Path) -> bool:
-    storage = str(config.hydra.sweeper.get("storage") or "")
-    if not storage.startswith(SQLITE_PREFIX):
-        return False
-    db = Path(storage[len(SQLITE_PREFIX):])
-    return db.is_file() and db.resolve().parent == sweep_dir.resolve()
 
 
 def refuse(exc: ConfigError) -> None:
