@@ -38,14 +38,13 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def serve_dir() -> Iterator:
-    """``serve_dir(folder) -> url``: an HTTP server on 127.0.0.1 serving ``folder``; stopped after the test."""
+def _servers(handler: type) -> Iterator:
+    """``serve(folder) -> url``: HTTP servers on 127.0.0.1 with ``handler`` over ``folder``; stopped afterwards."""
     servers = []
 
     def serve(folder: Path) -> str:
-        handler = functools.partial(_QuietHandler, directory=str(folder))
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
+        server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}/"
@@ -54,6 +53,12 @@ def serve_dir() -> Iterator:
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def serve_dir() -> Iterator:
+    """``serve_dir(folder) -> url``: a server serving ``folder``."""
+    yield from _servers(_QuietHandler)
 
 
 class _StallingHandler(_QuietHandler):
@@ -69,17 +74,4 @@ class _StallingHandler(_QuietHandler):
 @pytest.fixture
 def stalling_url() -> Iterator:
     """``stalling_url(folder) -> url``: a server that stalls half-way through every file."""
-    servers = []
-
-    def serve(folder: Path) -> str:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_StallingHandler,
-                                                                                     directory=str(folder)))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/"
-
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    yield from _servers(_StallingHandler)
