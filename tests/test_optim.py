@@ -126,9 +126,9 @@ def test_no_decay_norm_bias_puts_norms_and_biases_in_a_group_without_weight_deca
 ])
 def test_epoch_schedules_follow_torch(cfg: dict, expected: list[float]) -> None:
     assert _lrs(cfg, 5) == pytest.approx(expected)
-    from modelforge.train.optim import lr_scheduler_config
+    from modelforge.train.optim import configure_optimizers
 
-    assert lr_scheduler_config(None, cfg)["interval"] == "epoch"
+    assert configure_optimizers(nn.Linear(3, 2), {"name": "sgd", "lr": 0.1}, cfg, 5)["lr_scheduler"]["interval"] == "epoch"
 
 
 def test_warmup_cosine_ramps_up_linearly_then_anneals_to_min_lr() -> None:

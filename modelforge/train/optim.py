@@ -1,18 +1,17 @@
 """Optimizers and learning-rate schedules from the ``optim`` and ``sched`` configs.
 
-``optim.name`` is any optimizer class of ``torch.optim`` (any case: ``rmsprop``, ``RMSprop``) or a
-name a plugin registered; its options and their defaults are the class's own signature.
-``sched.name`` picks a schedule: the ones planned over the whole run (``onecycle``, ``cosine``,
-``warmup_cosine``) are stepped every batch and need the total number of steps, which the trainer
-knows only once fitting starts; torch's epoch schedules (``step``, ``multistep``, ``exponential``,
-``plateau``) are stepped every epoch. ``sched.interval``, ``sched.frequency`` and
-``sched.monitor`` are Lightning's lr_scheduler settings. An option set to null takes the
-default of the class or factory, so the YAML files can list keys without repeating defaults.
+``optim.name`` is any optimizer class of ``torch.optim`` (any case: ``rmsprop``, ``RMSprop``) or a name a
+plugin registered; its options and their defaults are the class's own signature. ``sched.name`` picks a
+schedule: the ones planned over the whole run (``onecycle``, ``cosine``, ``warmup_cosine``) step every batch
+and need the run's total steps, known only once fitting starts; ``sched.epochs`` plans them over that many
+epochs instead (a 1-epoch run with ``sched.epochs=2``, resumed with ``trainer.max_epochs=2``, gives what 2
+epochs in one go give). torch's epoch schedules (``step``, ``multistep``, ``exponential``, ``plateau``) step
+every epoch. ``sched.interval``, ``.frequency`` and ``.monitor`` are Lightning's lr_scheduler settings.
+An option set to null takes the default of the class or factory: the YAML files list keys without defaults.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -20,81 +19,59 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelforge.config import check_call, require_positive
+from modelforge.config import check_call, require_positive, signature_defaults
 from modelforge.errors import ConfigError, UnknownNameError
 from modelforge.registry import OPTIMIZERS, SCHEDULERS
 
 _LR_SCHEDULER = torch.optim.lr_scheduler
-# Options that go to Lightning's lr_scheduler config, not to the schedule itself.
-LIGHTNING_SCHED_KEYS = ("interval", "frequency", "monitor")
-# Metrics a run logs once per epoch, which an epoch schedule (plateau) can follow.
-MONITORABLE = ("val/loss", "val/acc", "train/loss", "train/acc")
+LIGHTNING_SCHED_KEYS = ("interval", "frequency", "monitor")  # for Lightning's lr_scheduler config, not the schedule
+MONITORABLE = ("val/loss", "val/acc", "train/loss", "train/acc")  # logged once per epoch: plateau can follow them
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
-
-def _register_torch_optimizers() -> None:
-    """Every optimizer class of torch.optim, by its lower-case name (the allow-list)."""
-    for attr, cls in sorted(vars(torch.optim).items()):
-        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer:
-            OPTIMIZERS.add(attr.lower(), cls, description=f"torch.optim.{attr}")
+for _attr, _cls in sorted(vars(torch.optim).items()):  # every optimizer class of torch.optim: the allow-list
+    if isinstance(_cls, type) and issubclass(_cls, torch.optim.Optimizer) and _cls is not torch.optim.Optimizer:
+        OPTIMIZERS.add(_attr.lower(), _cls, description=f"torch.optim.{_attr}")
 
 
-_register_torch_optimizers()
-
-
-def resolve_optimizer(name: Any) -> tuple[str, Any]:
-    """(registered name, class) for ``optim.name``; torch's names match in any case."""
-    if isinstance(name, str) and name not in OPTIMIZERS and name.lower() in OPTIMIZERS:
-        name = name.lower()
-    return name, OPTIMIZERS.get(name, path="optim.name")
-
-
-def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[str, Any, dict[str, Any], bool]:
-    """Check ``optim_cfg``; return (name, class, keyword arguments, no_decay_norm_bias)."""
+def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any], bool]:
+    """Check ``optim_cfg``; return (class, keyword arguments, no_decay_norm_bias)."""
     # null means "the class's default": conf/optim lists keys as null so optim.lr=... needs no +.
     options = {k: v for k, v in optim_cfg.items() if v is not None}
-    name, cls = resolve_optimizer(options.pop("name", None))
+    name = options.pop("name", None)
+    if isinstance(name, str) and name not in OPTIMIZERS and name.lower() in OPTIMIZERS:
+        name = name.lower()  # torch's names match in any case
+    cls = OPTIMIZERS.get(name, path="optim.name")
     no_decay = options.pop("no_decay_norm_bias", False)
     if not isinstance(no_decay, bool):
         raise ConfigError("optim.no_decay_norm_bias", f"got {no_decay!r}", allowed="true or false")
     check_call(cls, options, "optim", f"optim {name!r}", skip=("params",), verb="has")
-    _check_common(options)
-    defaults = _defaults(cls)
-    # YAML gives lists; torch's tuple-valued options (betas, etas, step_sizes) want tuples.
-    kwargs = {k: tuple(v) if isinstance(defaults.get(k), tuple) and isinstance(v, list) else v
-              for k, v in options.items()}
-    return name, cls, kwargs, no_decay
-
-
-def _check_common(options: Mapping[str, Any]) -> None:
     # torch checks these too, but its words name no config key.
     if "lr" in options:
         require_positive(options["lr"], "optim.lr")
-    if options.get("weight_decay", 0) < 0:
-        raise ConfigError("optim.weight_decay", f"must be >= 0, got {options['weight_decay']}")
+    for key in ("weight_decay", "momentum"):
+        if options.get(key, 0) < 0:
+            raise ConfigError(f"optim.{key}", f"must be >= 0, got {options[key]}")
     betas = options.get("betas")
     if betas is not None and (len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas)):
         raise ConfigError("optim.betas", f"expected two values in [0, 1), got {list(betas)}")
-    if options.get("momentum", 0) < 0:
-        raise ConfigError("optim.momentum", f"must be >= 0, got {options['momentum']}")
     if options.get("nesterov") and options.get("momentum", 0) <= 0:
         raise ConfigError("optim.nesterov", "nesterov needs momentum > 0")
-
-
-def _defaults(cls: Any) -> dict[str, Any]:
     try:
-        return {p.name: p.default for p in inspect.signature(cls).parameters.values()}
+        defaults = signature_defaults(cls)
     except (TypeError, ValueError):
-        return {}
+        defaults = {}
+    if no_decay:  # param_groups needs it explicitly: the class's default goes to the decayed group only
+        options.setdefault("weight_decay", defaults.get("weight_decay", 0.0))
+    # YAML gives lists; torch's tuple-valued options (betas, etas, step_sizes) want tuples.
+    kwargs = {k: tuple(v) if isinstance(defaults.get(k), tuple) and isinstance(v, list) else v
+              for k, v in options.items()}
+    return cls, kwargs, no_decay
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two groups: weights with ``weight_decay``, and norm-layer parameters and biases without it."""
-    no_decay: set[int] = set()
-    for module in model.modules():
-        for pname, param in module.named_parameters(recurse=False):
-            if isinstance(module, _NORM_TYPES) or pname.endswith("bias"):
-                no_decay.add(id(param))
+    no_decay = {id(p) for m in model.modules() for pname, p in m.named_parameters(recurse=False)
+                if isinstance(m, _NORM_TYPES) or pname.endswith("bias")}
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if id(p) not in no_decay], "weight_decay": weight_decay},
               {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
@@ -102,26 +79,19 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 
 
 def build_optimizer(params: nn.Module | Iterable, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """The optimizer ``optim_cfg`` names, over a module's parameters (or any iterable of them).
-
-    ``optim.no_decay_norm_bias: true`` (needs a module) exempts norm layers and biases from weight decay.
-    """
-    name, cls, kwargs, no_decay = _optimizer_options(optim_cfg)
+    """The optimizer ``optim_cfg`` names, over a module's parameters (or any iterable of them)."""
+    cls, kwargs, no_decay = _optimizer_options(optim_cfg)
     if no_decay:
         if not isinstance(params, nn.Module):
             raise ConfigError("optim.no_decay_norm_bias", "needs the model, not a list of parameters")
-        weight_decay = kwargs.pop("weight_decay", _defaults(cls).get("weight_decay", 0.0))
-        return cls(param_groups(params, weight_decay), **kwargs)
-    if isinstance(params, nn.Module):
-        params = params.parameters()
-    return cls(params, **kwargs)
+        return cls(param_groups(params, kwargs.pop("weight_decay")), **kwargs)
+    return cls(params.parameters() if isinstance(params, nn.Module) else params, **kwargs)
 
 
 # --- schedules -------------------------------------------------------------------------------
 
 def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, last_step: int = -1) -> None:
     """Constant learning rate."""
-    return None
 
 
 def _onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float = 1.0,
@@ -174,69 +144,56 @@ SCHEDULERS.add("exponential", _LR_SCHEDULER.ExponentialLR, description="lr * gam
 SCHEDULERS.add("plateau", _LR_SCHEDULER.ReduceLROnPlateau,
                description="lr * factor when sched.monitor stops improving for patience epochs (ReduceLROnPlateau)")
 
-# Planned over the run's total steps: modelforge passes these, and they step every batch.
-_PLANNED_ARGS = ("optimizer", "total_steps", "lr", "last_step")
-# A torch scheduler class gets the optimizer; Lightning restores its position on resume.
-_CLASS_ARGS = ("optimizer", "last_epoch")
 
-
-def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[str, Any, dict[str, Any], dict[str, Any]]:
-    """Check ``sched_cfg``; return (name, factory, its options, Lightning's lr_scheduler settings)."""
+def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Check ``sched_cfg``; return (factory, its options, Lightning's lr_scheduler settings)."""
     options = {k: v for k, v in (sched_cfg or {"name": "none"}).items() if v is not None}
     name = options.pop("name", "none")
     factory = SCHEDULERS.get(name, path="sched.name")
     lightning = {k: options.pop(k) for k in LIGHTNING_SCHED_KEYS if k in options}
-    planned = not isinstance(factory, type)
-    epochs = options.pop("epochs", None)  # modelforge's, not the factory's: see planned_epochs
+    planned = not isinstance(factory, type)  # a factory of ours, planned over the run's total steps
+    epochs = options.pop("epochs", None)  # modelforge's, not the factory's (module docstring)
     if epochs is not None:
         if not planned or name == "none":
             raise ConfigError("sched.epochs", f"sched {name!r} is not planned over the run, so it spans no epochs",
                               allowed="sched.epochs with onecycle, cosine or warmup_cosine")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ConfigError("sched.epochs", f"got {epochs!r}", allowed="null (trainer.max_epochs) or an integer >= 1")
-    check_call(factory, options, "sched", f"sched {name!r}", skip=_PLANNED_ARGS if planned else _CLASS_ARGS,
-               verb="has")
+    # Arguments modelforge passes itself; Lightning restores a torch class's position (last_epoch) on resume.
+    skip = ("optimizer", "total_steps", "lr", "last_step") if planned else ("optimizer", "last_epoch")
+    check_call(factory, options, "sched", f"sched {name!r}", skip=skip, verb="has")
     interval = lightning.setdefault("interval", "step" if planned else "epoch")
     if interval not in ("step", "epoch"):
         raise UnknownNameError("interval", interval, ("step", "epoch"), path="sched.interval")
-    if isinstance(factory, type) and issubclass(factory, _LR_SCHEDULER.ReduceLROnPlateau):
+    if not planned and issubclass(factory, _LR_SCHEDULER.ReduceLROnPlateau):
         monitor = lightning.setdefault("monitor", "val/loss")
         if monitor not in MONITORABLE:
             raise UnknownNameError("metric", monitor, MONITORABLE, path="sched.monitor")
         options.setdefault("mode", "max" if monitor.endswith("acc") else "min")
     elif "monitor" in lightning:
         raise ConfigError("sched.monitor", f"only sched=plateau follows a metric, not {name!r}")
-    return name, factory, options, lightning
+    return factory, options, lightning
 
 
 def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None) -> None:
     """Check both configs before any work starts, by building them on a throwaway parameter."""
     _optimizer_options(optim_cfg)
     _sched_options(sched_cfg)
-    dummy = nn.Linear(2, 2)  # 2-D weights: some optimizers (Muon) take matrices only
+    key = "optim"
     try:
-        optimizer = build_optimizer(dummy, optim_cfg)
-    except (ValueError, TypeError, RuntimeError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError("optim", f"torch refused these options: {exc}") from None
-    try:
+        optimizer = build_optimizer(nn.Linear(2, 2), optim_cfg)  # 2-D: some optimizers (Muon) take matrices only
+        key = "sched"
         build_scheduler(optimizer, sched_cfg, total_steps=100, lr=optimizer.defaults.get("lr", 1e-3))
+    except ConfigError:
+        raise
     except (ValueError, TypeError, RuntimeError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError("sched", f"torch refused these options: {exc}") from None
+        raise ConfigError(key, f"torch refused these options: {exc}") from None
 
 
-def build_scheduler(
-    optimizer: torch.optim.Optimizer,
-    sched_cfg: Mapping[str, Any] | None,
-    total_steps: int,
-    lr: float,
-    last_step: int = -1,
-) -> Any:
+def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Mapping[str, Any] | None, total_steps: int,
+                    lr: float, last_step: int = -1) -> Any:
     """The schedule; a planned one spans ``total_steps`` and ``last_step`` >= 0 continues it from there."""
-    _, factory, options, _ = _sched_options(sched_cfg)
+    factory, options, _ = _sched_options(sched_cfg)
     if isinstance(factory, type):
         return factory(optimizer, **options)
     scheduler = factory(optimizer, total_steps=total_steps, lr=lr, last_step=last_step, **options)
@@ -246,31 +203,11 @@ def build_scheduler(
     return scheduler
 
 
-def lr_scheduler_config(scheduler: Any, sched_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Lightning's lr_scheduler dict: the scheduler with its interval (and monitor, for plateau)."""
-    return {"scheduler": scheduler, **_sched_options(sched_cfg)[3]}
-
-
 def configure_optimizers(model: nn.Module, optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None,
                          total_steps: int) -> Any:
-    """What ``LightningModule.configure_optimizers`` returns for these configs."""
+    """What ``LightningModule.configure_optimizers`` returns: the optimizer, with Lightning's lr_scheduler dict."""
     optimizer = build_optimizer(model, optim_cfg)
     scheduler = build_scheduler(optimizer, sched_cfg, total_steps, optimizer.defaults["lr"])
     if scheduler is None:
         return optimizer
-    return {"optimizer": optimizer, "lr_scheduler": lr_scheduler_config(scheduler, sched_cfg)}
-
-
-def planned_epochs(sched_cfg: Mapping[str, Any] | None) -> int | None:
-    """``sched.epochs``: the epochs a planned schedule spans, or None for the run's own length.
-
-    Set, the schedule no longer follows ``trainer.max_epochs``: a run of 1 epoch with
-    ``sched.epochs=2`` takes the first half of a 2-epoch schedule, and resuming it with
-    ``trainer.max_epochs=2`` gives what 2 epochs in one go give.
-    """
-    return (sched_cfg or {}).get("epochs")  # checked by _sched_options with the rest of sched, before work
-
-
-def schedule_length(scheduler: Any) -> int | None:
-    """The number of steps a schedule built by :func:`build_scheduler` was planned for."""
-    return getattr(scheduler, "planned_steps", None)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **_sched_options(sched_cfg)[2]}}
