@@ -1,4 +1,4 @@
-"""Loading checkpoints safely (``weights_only=True``) and checking they fit the model."""
+"""Checkpoints: safe loading (``weights_only=True``), atomic saves, resume points and resume state."""
 
 from __future__ import annotations
 
@@ -28,8 +28,15 @@ from modelforge.errors import (
 )
 from modelforge.train.records import write_with
 
+log = logging.getLogger(__name__)
+
+LAST_CKPT = "last.ckpt"
+INTERRUPTED_CKPT = "interrupted.ckpt"
+KEY = "modelforge_resume"
 # torch._weights_only_unpickler: "Detected pickle protocol 5 in the checkpoint, which was not the default ..."
 _PROTOCOL_WARNING = r"Detected pickle protocol \d+ in the checkpoint"
+# Lightning cannot see that the train loader resumes mid-epoch (ResumeState does it, not the loader).
+_MID_EPOCH_WARNING = r"You're resuming from a checkpoint that ended before the epoch ended"
 
 
 def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
@@ -47,17 +54,12 @@ def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
         raise CheckpointError(f"{key}: {ckpt_path} is not a loadable checkpoint ({_reason(exc)})") from None
     config = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None
     if not isinstance(config, dict) or "state_dict" not in ckpt:
-        raise CheckpointError(
-            f"{key}: {ckpt_path} is not a modelforge checkpoint (it has no stored run config)"
-        )
+        raise CheckpointError(f"{key}: {ckpt_path} is not a modelforge checkpoint (it has no stored run config)")
     return ckpt
 
 
 def _reason(exc: Exception) -> str:
-    """Torch's error in one line, without its advice to re-run with ``weights_only=False``.
-
-    That advice would run whatever pickle the file holds: never repeat it to a user.
-    """
+    """Torch's error in one line, without its advice to re-run with ``weights_only=False`` (that runs the pickle)."""
     kept = []
     for line in (line.strip() for line in str(exc).splitlines()):
         if line.startswith("Weights only load failed"):
@@ -71,38 +73,24 @@ def check_fits(ckpt: dict[str, Any], module: nn.Module, key: str = "ckpt_path") 
     """Raise when the checkpoint's weights do not match ``module``'s parameters by name and shape."""
     saved = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
     wanted = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    missing = sorted(set(wanted) - set(saved))
-    unexpected = sorted(set(saved) - set(wanted))
     reshaped = sorted(k for k in set(saved) & set(wanted) if saved[k] != wanted[k])
-    if not (missing or unexpected or reshaped):
-        return
-    stored_model = ckpt["hyper_parameters"]["config"].get("model", {})
-    details = []
-    if reshaped:
-        details.append("shapes differ: " + ", ".join(f"{k} {saved[k]} vs {wanted[k]}" for k in reshaped[:3]))
-    if missing:
-        details.append(f"missing from the checkpoint: {', '.join(missing[:3])}")
-    if unexpected:
-        details.append(f"not in this model: {', '.join(unexpected[:3])}")
-    raise CheckpointError(
-        f"{key}: the checkpoint holds a different model than this config builds "
-        f"(checkpoint model: {stored_model.get('name')} {_brief(stored_model)}); " + "; ".join(details)
-    )
-
-
-def _brief(model_cfg: dict[str, Any]) -> str:
-    keys = ("enc_sizes", "dec_sizes", "hidden_sizes")
-    return " ".join(f"{k}={model_cfg[k]}" for k in keys if k in model_cfg)
+    details = [f"{what}: {', '.join(names[:3])}" for what, names in (
+        ("shapes differ", [f"{k} {saved[k]} vs {wanted[k]}" for k in reshaped]),
+        ("missing from the checkpoint", sorted(set(wanted) - set(saved))),
+        ("not in this model", sorted(set(saved) - set(wanted)))) if names]
+    if details:
+        model = ckpt["hyper_parameters"]["config"].get("model", {})
+        brief = " ".join(f"{k}={model[k]}" for k in ("enc_sizes", "dec_sizes", "hidden_sizes") if k in model)
+        raise CheckpointError(f"{key}: the checkpoint holds a different model than this config builds "
+                              f"(checkpoint model: {model.get('name')} {brief}); " + "; ".join(details))
 
 
 def checkpoint_nbytes(checkpoint: Any) -> int:
     """The bytes of tensor data in ``checkpoint``: about what ``torch.save`` writes."""
     if isinstance(checkpoint, torch.Tensor):
         return checkpoint.numel() * checkpoint.element_size()
-    if isinstance(checkpoint, dict):
-        return sum(checkpoint_nbytes(v) for v in checkpoint.values())
-    if isinstance(checkpoint, (list, tuple)):
-        return sum(checkpoint_nbytes(v) for v in checkpoint)
+    if isinstance(checkpoint, (dict, list, tuple)):
+        return sum(map(checkpoint_nbytes, checkpoint.values() if isinstance(checkpoint, dict) else checkpoint))
     return 0
 
 
@@ -113,9 +101,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
         write_with(Path(path), lambda handle: torch.save(checkpoint, handle), needed=checkpoint_nbytes(checkpoint))
-
-
-LAST_CKPT = "last.ckpt"
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -132,51 +117,38 @@ class LastCheckpoint(ModelCheckpoint):
             self._last_global_step_saved = trainer.global_step
 
 
-log = logging.getLogger(__name__)
-
-INTERRUPTED_CKPT = "interrupted.ckpt"
-
-
 class CheckpointOnException(Callback):
     """Saves weights, optimizer and loop state to ``path`` when fitting stops on an exception.
 
-    Lightning's ``OnExceptionCheckpoint`` saves the same file, but once installed it turns
-    every ``fit(ckpt_path=None)`` into ``fit(ckpt_path="last")``: a run would silently resume
-    from whatever checkpoint it finds. modelforge resumes only when asked (``ckpt_path=``).
+    Not Lightning's ``OnExceptionCheckpoint``: installed, it turns every ``fit(ckpt_path=None)`` into
+    ``fit(ckpt_path="last")``, a silent resume; modelforge resumes only when asked (``ckpt_path=``).
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if trainer.state.fn != TrainerFn.FITTING:
-            return  # testing changes no weights: the fit's checkpoints hold them
-        if isinstance(exception, Diverged) or is_allocation_failure(exception):
-            return  # resuming would diverge again / run out of memory again: offer no resume point
+        # Testing changes no weights; a resume would diverge / run out of memory again: offer no resume point.
+        if trainer.state.fn != TrainerFn.FITTING or isinstance(exception, Diverged) \
+                or is_allocation_failure(exception):
+            return
         try:
             trainer.save_checkpoint(self.path, weights_only=False)  # a resume point: the full state
-        except Diverged as exc:  # a loss checked late (on a GPU) was bad: those weights are not worth resuming
-            log.error("not saving the training state to %s: %s", self.path, exc)
-            return
-        except Exception as exc:  # e.g. a full disk: the run's own error is the one to report
-            log.error("could not save the training state to %s: %s", self.path, exc)
+        except Exception as exc:  # a loss checked late (on a GPU) was bad, a full disk: the run's error comes first
+            log.error("%s the training state to %s: %s", "not saving" if isinstance(exc, Diverged) else
+                      "could not save", self.path, exc)
             return
         log.info("saved the training state at step %d to %s", trainer.global_step, self.path)
 
 
-KEY = "modelforge_resume"
-
-# Lightning cannot see that the train loader resumes mid-epoch (ResumeState does it, not the loader).
-_MID_EPOCH_WARNING = r"You're resuming from a checkpoint that ended before the epoch ended"
-
-
 def capture_rng() -> dict[str, Any]:
     """The RNG states of python, numpy, torch (CPU) and every CUDA device."""
-    state: dict[str, Any] = {
-        "python": list(_plain(random.getstate())),
-        "numpy": _numpy_state(),
-        "torch": torch.get_rng_state(),
-    }
+    # Checkpoints load with weights_only=True: tuples become lists, numpy arrays are refused.
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {"python": [version, list(internal), gauss], "torch": torch.get_rng_state(),
+                             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                                       float(cached)]}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -193,33 +165,18 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _plain(value: Any) -> Any:
-    # Checkpoints load with weights_only=True: tuples become lists, numpy arrays are refused.
-    return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
-
-
-def _numpy_state() -> list[Any]:
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)]
-
-
-def _train_sampler(trainer: pl.Trainer) -> Any:
-    datamodule = trainer.datamodule
-    return getattr(datamodule, "train_sampler", None) if datamodule is not None else None
-
-
 class ResumeState(Callback):
     """Saves and restores RNG states and the train sampler's position."""
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         state: dict[str, Any] = {"rng": capture_rng()}
-        sampler = _train_sampler(trainer)
+        sampler = getattr(trainer.datamodule, "train_sampler", None)
         if sampler is not None:
             done = trainer.fit_loop.epoch_loop.batch_progress.current.completed
             epoch_done = done >= trainer.num_training_batches
             # The first unfinished epoch, and how many of its samples were trained on.
             state["shuffle"] = {**sampler.state(), "epoch": trainer.current_epoch + int(epoch_done),
-                                "skip": 0 if epoch_done else done * _batch_size(trainer)}
+                                "skip": 0 if epoch_done else done * int(getattr(trainer.datamodule, "batch_size", 1))}
         checkpoint[KEY] = state
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
@@ -231,31 +188,24 @@ class ResumeState(Callback):
             return  # a checkpoint from before this callback: resumes as Lightning alone does
         restore_rng(state["rng"])
         shuffle = state.get("shuffle")
-        datamodule = trainer.datamodule
-        if shuffle and datamodule is not None and hasattr(datamodule, "resume_shuffle"):
-            datamodule.resume_shuffle(shuffle["seed"], shuffle["epoch"], shuffle["skip"])
-
-
-def _batch_size(trainer: pl.Trainer) -> int:
-    return int(getattr(trainer.datamodule, "batch_size", 1))
+        if shuffle and hasattr(trainer.datamodule, "resume_shuffle"):
+            trainer.datamodule.resume_shuffle(shuffle["seed"], shuffle["epoch"], shuffle["skip"])
 
 
 def failure_record(reason: BaseException, run_dir: Path) -> dict[str, Any]:
     """What metrics.json says of a run that stopped on ``reason``, and how to resume it."""
     status = reason.status if isinstance(reason, RunStopped) else "failed"
     failure: dict[str, Any] = {"status": status, "error": f"{type(reason).__name__}: {reason}"}
-    checkpoints = run_dir / "checkpoints"
-    candidates = [checkpoints / INTERRUPTED_CKPT]
+    candidates = [run_dir / "checkpoints" / INTERRUPTED_CKPT]
     if isinstance(reason, (Terminated, Interrupted)):
-        candidates.append(checkpoints / "last.ckpt")  # stopped while testing: the fit is complete
+        candidates.append(run_dir / "checkpoints" / LAST_CKPT)  # stopped while testing: the fit is complete
     # Checkpoints are written by rename (AtomicCheckpointIO): one that exists is whole.
     resume = next((p for p in candidates if p.is_file() and p.stat().st_size > 0), None)
     if resume is not None:
         failure["resume_with"] = f"ckpt_path={resume}"
         if isinstance(reason, RunStopped):
             reason.resume_with = failure["resume_with"]  # the CLI's message says it too
-        log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s",
-                  status, resume, resume)
+        log.error("training stopped (%s); its state is in %s: resume with ckpt_path=%s", status, resume, resume)
     return failure
 
 

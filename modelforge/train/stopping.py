@@ -1,10 +1,7 @@
-"""Why a run stopped early: stop signals (SIGTERM, SIGUSR1) and the divergence guard.
-
-The stop reasons and their exit codes are the exceptions of :mod:`modelforge.errors`."""
+"""Why a run stopped early: stop signals (SIGTERM, SIGUSR1) and the divergence guard (exit codes: modelforge.errors)."""
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import signal
@@ -43,29 +40,21 @@ class ReceivedSignal:
 def stop_signals() -> Iterator[ReceivedSignal]:
     """Handle SIGTERM/SIGUSR1 for the duration of a run; yields what was received."""
     received = ReceivedSignal()
-    if threading.current_thread() is not threading.main_thread():
-        yield received  # only the main thread may set handlers (e.g. a run inside a joblib thread)
-        return
 
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         if received.signum is None:
             received.signum = signum
+        if signum != signal.SIGTERM:
+            signal.raise_signal(signal.SIGTERM)  # SIGUSR1 stops the run as SIGTERM does
         # While Lightning's loops run, its own handler (installed over this one, and calling
         # it) makes the loop stop at the end of the batch; outside them, stop here.
-        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+        elif signal.getsignal(signal.SIGTERM) is on_signal:
             raise Terminated(received.signum)
 
-    def on_sigusr1(signum: int, frame: FrameType | None) -> None:
-        if received.signum is None:
-            received.signum = signum
-        signal.raise_signal(signal.SIGTERM)
-
-    handlers = {signal.SIGTERM: on_sigterm}
-    if "SLURM_JOB_ID" not in os.environ:
-        handlers[signal.SIGUSR1] = on_sigusr1
-    saved = {s: signal.getsignal(s) for s in handlers}
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
+    signums = [signal.SIGTERM] + ([] if "SLURM_JOB_ID" in os.environ else [signal.SIGUSR1])
+    if threading.current_thread() is not threading.main_thread():
+        signums = []  # only the main thread may set handlers (e.g. a run inside a joblib thread)
+    saved = {s: signal.signal(s, on_signal) for s in signums}
     try:
         yield received
     finally:
@@ -74,13 +63,10 @@ def stop_signals() -> Iterator[ReceivedSignal]:
 
 
 class DivergenceGuard(Callback):
-    """Raises :class:`Diverged` naming the step, the loss and the likely causes.
+    """Raises :class:`Diverged` naming the step, the loss and the likely causes (from the run ``config``).
 
-    Args:
-        max_loss: a finite loss above this also stops the run (None: only NaN and inf do).
-        config: the run config, to name the likely causes.
-        deferred: check each loss at the next step instead of at once; None: on a single CUDA GPU only.
-    """
+    A finite loss above ``max_loss`` also stops the run (None: only NaN and inf do). ``deferred`` checks each
+    loss at the next step instead of at once, so the GPU never waits for it (None: on a single CUDA GPU only)."""
 
     def __init__(self, max_loss: float | None = None, config: Mapping[str, Any] | None = None,
                  deferred: bool | None = None) -> None:
@@ -99,29 +85,15 @@ class DivergenceGuard(Callback):
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
         value = _unscaled(trainer, loss.detach().float())
         if not self._deferred:
-            self._check(float(value.item()), trainer, trainer.global_step, trainer.current_epoch)
-            return
+            return self._check(float(value.item()), trainer, trainer.global_step, trainer.current_epoch)
         self._check_pending(trainer)  # the previous step's loss: its copy is done unless the GPU lags a step
         done = None
         if value.is_cuda:
-            value = value.to("cpu", non_blocking=True)
-            done = torch.cuda.Event()
+            value, done = value.to("cpu", non_blocking=True), torch.cuda.Event()
             done.record()
-        else:
-            value = value.clone()
-        self._pending = (value, done, trainer.global_step, trainer.current_epoch)
+        self._pending = (value if done is not None else value.clone(), done, trainer.global_step, trainer.current_epoch)
 
-    # Before anything that would keep or judge the weights a bad step left behind.
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._check_pending(trainer)
-
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
-        self._check_pending(trainer)
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._check_pending(trainer)
-
-    def _check_pending(self, trainer: pl.Trainer) -> None:
+    def _check_pending(self, trainer: pl.Trainer, *_: Any) -> None:
         if self._pending is None:
             return
         value, done, step, epoch = self._pending
@@ -130,47 +102,38 @@ class DivergenceGuard(Callback):
             done.synchronize()
         self._check(float(value), trainer, step, epoch)
 
+    # Before anything that would keep or judge the weights a bad step left behind.
+    on_validation_start = on_save_checkpoint = on_train_end = _check_pending
+
     def _check(self, value: float, trainer: pl.Trainer, step: int, epoch: int) -> None:
         bad = not math.isfinite(value)
         if not bad and (self.max_loss is None or value <= self.max_loss):
             return
         what = f"loss {value}" if bad else f"loss {value:.4g} above divergence.max_loss={self.max_loss:g}"
-        raise Diverged(f"training diverged at step {step} (epoch {epoch}): {what}. {self._causes(trainer)}")
-
-    def _causes(self, trainer: pl.Trainer) -> str:
-        optim = self.config.get("optim") or {}
-        causes = [f"a learning rate too high (optim.lr={optim.get('lr')}, optim={optim.get('name')}): try 10x lower"]
-        precision = str(trainer.precision)
-        if precision.startswith("16"):
-            causes.append(f"float16 overflow (trainer.precision={precision}): try bf16-mixed or 32-true")
-        else:
-            causes.append(f"numeric precision (trainer.precision={precision})")
-        causes.append("no gradient clipping (trainer.gradient_clip_val=1.0)")
-        return ("Likely causes: " + "; ".join(causes) +
-                ". trainer.detect_anomaly=true names the operation that first produced a NaN.")
+        optim, precision = self.config.get("optim") or {}, str(trainer.precision)
+        precision_cause = (f"float16 overflow (trainer.precision={precision}): try bf16-mixed or 32-true"
+                           if precision.startswith("16") else f"numeric precision (trainer.precision={precision})")
+        raise Diverged(f"training diverged at step {step} (epoch {epoch}): {what}. Likely causes: a learning rate "
+                       f"too high (optim.lr={optim.get('lr')}, optim={optim.get('name')}): try 10x lower; "
+                       f"{precision_cause}; no gradient clipping (trainer.gradient_clip_val=1.0). "
+                       "trainer.detect_anomaly=true names the operation that first produced a NaN.")
 
 
 def _unscaled(trainer: pl.Trainer, loss: Tensor) -> Tensor:
-    """The loss itself: under ``16-mixed`` with a gradient scaler, Lightning hands callbacks the loss
-    already multiplied by the scale (65536 at first), which ``max_loss`` must not be compared with."""
+    """The loss itself: under ``16-mixed`` with a gradient scaler, callbacks get it times the scale (65536 at first)."""
     scaler = getattr(trainer.precision_plugin, "scaler", None)
     if scaler is None or not scaler.is_enabled():
         return loss
     # The scale as a tensor on the loss's device: get_scale() would read it back to the host.
-    scale = scaler._get_scale_async() if hasattr(scaler, "_get_scale_async") else scaler.get_scale()
-    return loss / scale
-
-
-log = logging.getLogger(__name__)
+    return loss / (scaler._get_scale_async() if hasattr(scaler, "_get_scale_async") else scaler.get_scale())
 
 
 def stop_reason(exc: BaseException, trainer: pl.Trainer, received: ReceivedSignal,
                 model_cfg: Mapping[str, Any] | None) -> BaseException:
     """The exception that says why the run stopped: ``exc`` itself, or a clearer one in its place.
 
-    Lightning ends a run stopped by SIGTERM with ``SIGTERMException`` (a SystemExit with status
-    0) and one stopped by Ctrl-C with ``sys.exit(1)``; both become :class:`RunStopped` here.
-    """
+    Lightning ends a run stopped by SIGTERM with ``SIGTERMException`` (a SystemExit with status 0) and one
+    stopped by Ctrl-C with ``sys.exit(1)``; both become :class:`RunStopped` here."""
     if isinstance(exc, RunStopped):
         return exc
     if isinstance(exc, SIGTERMException) or (received.signum is not None and isinstance(exc, SystemExit)):
@@ -185,12 +148,9 @@ def stop_reason(exc: BaseException, trainer: pl.Trainer, received: ReceivedSigna
 def divergence_bound(config: Mapping[str, Any]) -> float | None:
     """``divergence.max_loss``, checked: None or a number > 0."""
     divergence = dict(config.get("divergence") or {})
-    unknown = set(divergence) - {"max_loss"}
-    if unknown:
-        raise ConfigError(f"divergence.{sorted(unknown)[0]}", "unknown option", allowed="max_loss")
+    if unknown := sorted(set(divergence) - {"max_loss"}):
+        raise ConfigError(f"divergence.{unknown[0]}", "unknown option", allowed="max_loss")
     max_loss = divergence.get("max_loss")
     if max_loss is not None and (isinstance(max_loss, bool) or not isinstance(max_loss, (int, float)) or max_loss <= 0):
         raise ConfigError("divergence.max_loss", f"got {max_loss!r}", allowed="null or a number > 0")
     return max_loss
-
-

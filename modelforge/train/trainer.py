@@ -54,7 +54,7 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
                         monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
-        LastCheckpoint(ckpt_dir),  # last.ckpt after every epoch (save_last=True lags behind: see its module)
+        LastCheckpoint(ckpt_dir),  # last.ckpt after every epoch and at the end of training
         # A crash or Ctrl-C mid-epoch keeps the weights and loop state of that moment.
         CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
         *run_safety_callbacks(config),  # divergence stop; RNG and shuffle position in checkpoints
