@@ -32,22 +32,12 @@ MODEL_SHORTCUTS = ("enc_sizes", "dec_sizes", "activation")
 
 def to_plain(cfg: Any) -> Any:
     """DictConfig/ListConfig -> resolved plain dicts and lists; other values unchanged."""
-    if isinstance(cfg, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return cfg
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, (DictConfig, ListConfig)) else cfg
 
 
 def load_config(cfg: Mapping | DictConfig | str | Path) -> dict[str, Any]:
-    """Accept a dict, an OmegaConf config or a YAML path; return a plain dict.
-
-    A YAML file is checked first (bounded alias expansion, parse errors with
-    line and column): see :mod:`modelforge.config`.
-    """
-    if isinstance(cfg, (str, Path)):
-        from modelforge.config import load_yaml_file
-
-        cfg = load_yaml_file(cfg)
-    plain = to_plain(cfg)
+    """Accept a dict, an OmegaConf config or a YAML path (read by :func:`load_yaml_file`); return a plain dict."""
+    plain = to_plain(load_yaml_file(cfg) if isinstance(cfg, (str, Path)) else cfg)
     if not isinstance(plain, Mapping):
         raise ConfigError("", f"a config must be a mapping, got {type(plain).__name__}")
     return dict(plain)
@@ -63,9 +53,7 @@ def _type_name(tp: Any) -> str:
         return f"list of {_type_name(args[0])}" if args else "list"
     if origin in (dict, Mapping):
         return "mapping"
-    if tp is Any:
-        return "any value"
-    return getattr(tp, "__name__", str(tp))
+    return "any value" if tp is Any else getattr(tp, "__name__", str(tp))
 
 
 def _matches(value: Any, tp: Any, path: str) -> bool:
@@ -73,44 +61,34 @@ def _matches(value: Any, tp: Any, path: str) -> bool:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return True
-    if tp is type(None):
-        return value is None
     if origin in (Union, types.UnionType):
         return any(_matches(value, arm, path) for arm in args)
     if origin is Literal:
         return value in args
+    if origin is tuple:  # a fixed length, as a factory's default ``(0.9, 0.999)`` implies
+        return isinstance(value, (list, tuple)) and len(value) == len(args)
     if origin in (list, Sequence):
-        if not isinstance(value, (list, tuple)):
-            return False
-        for i, item in enumerate(value):
-            check_type(item, args[0], f"{path}[{i}]")
-        return True
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                check_type(item, args[0], f"{path}[{i}]")
+        return isinstance(value, (list, tuple))
     if origin in (dict, Mapping):
         return isinstance(value, Mapping)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, tp)
+    if tp in (int, float):  # a YAML int is a fine float; a bool is neither
+        return isinstance(value, (int, tp)) and not isinstance(value, bool)
+    return isinstance(value, origin or tp)
 
 
 def check_type(value: Any, tp: Any, path: str) -> None:
     """Raise a ConfigError when ``value`` does not fit the annotation ``tp``."""
     if not _matches(value, tp, path):
-        suggestions: list[str] = []
-        if typing.get_origin(tp) is Literal or any(typing.get_origin(a) is Literal for a in typing.get_args(tp)):
-            choices = [str(a) for arm in (tp, *typing.get_args(tp)) for a in typing.get_args(arm)
-                       if typing.get_origin(arm) is Literal]
-            suggestions = closest_names(str(value), choices)
-        raise ConfigError(
-            path,
-            f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}",
-            allowed=_type_name(tp),
-            suggestions=suggestions,
-        )
+        arms = (tp, *typing.get_args(tp))
+        choices = [str(a) for arm in arms if typing.get_origin(arm) is Literal for a in typing.get_args(arm)]
+        raise ConfigError(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}",
+                          allowed=_type_name(tp), suggestions=closest_names(str(value), choices) if choices else ())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _type_hints(schema: type) -> dict[str, Any]:
     """A schema's resolved annotations (resolving them is most of a validation's time: a graph
     of 1,000 nodes validates 1,000 node configs against one schema)."""
@@ -127,12 +105,8 @@ def validate(values: Mapping[str, Any], schema: type[S], path: str, what: str) -
     hints = _type_hints(schema)
     for key in values:
         if key not in fields:
-            raise ConfigError(
-                f"{path}.{key}" if path else str(key),
-                f"{what} has no option {key!r}",
-                allowed=sorted(fields),
-                suggestions=closest_names(str(key), fields),
-            )
+            raise ConfigError(f"{path}.{key}" if path else str(key), f"{what} has no option {key!r}",
+                              allowed=sorted(fields), suggestions=closest_names(str(key), fields))
     for key, value in values.items():
         check_type(value, hints[key], f"{path}.{key}" if path else key)
     for key, f in fields.items():
@@ -140,17 +114,9 @@ def validate(values: Mapping[str, Any], schema: type[S], path: str, what: str) -
             raise ConfigError(f"{path}.{key}" if path else key, f"missing: {what} needs {key!r}",
                               allowed=_type_name(hints[key]))
     instance = schema(**values)
-    check = getattr(instance, "check", None)
-    if check is not None:
+    if (check := getattr(instance, "check", None)) is not None:
         check(path)
     return instance
-
-
-def _signature_target(factory: Callable) -> Callable:
-    """The function whose annotations describe ``factory``'s parameters."""
-    while isinstance(factory, functools.partial):
-        factory = factory.func
-    return factory.__init__ if isinstance(factory, type) else factory
 
 
 def _field_default(default: Any) -> dict[str, Any]:
@@ -161,13 +127,8 @@ def _field_default(default: Any) -> dict[str, Any]:
     return {"default": default}
 
 
-def schema_from_signature(
-    factory: Callable,
-    name: str,
-    *,
-    check: Callable[[Any, str], None] | None = None,
-    exclude: Sequence[str] = (),
-) -> type:
+def schema_from_signature(factory: Callable, name: str, *, check: Callable[[Any, str], None] | None = None,
+                          exclude: Sequence[str] = ()) -> type:
     """A config schema (dataclass) whose fields are ``factory``'s keyword parameters.
 
     The signature is the one home of every default: each field takes the
@@ -176,43 +137,32 @@ def schema_from_signature(
     other defaults. ``check(instance, path)`` holds the rules types cannot say.
     The field ``name`` (the registered name) comes first.
     """
-    hints = typing.get_type_hints(_signature_target(factory))
+    target = factory
+    while isinstance(target, functools.partial):
+        target = target.func
+    hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
     fields: list[tuple[str, Any, Any]] = [("name", str, dataclasses.field(default=name))]
     for param in inspect.signature(factory).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.name in exclude:
             continue
         fields.append((param.name, hints.get(param.name, Any), dataclasses.field(**_field_default(param.default))))
-    namespace = {"__doc__": f"Options of model {name!r}, read from the signature of {_qualname(factory)}."}
-    if check is not None:
-        namespace["check"] = check
+    where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', target)}"
+    namespace = {"__doc__": f"Options of model {name!r}, read from the signature of {where}.",
+                 **({"check": check} if check is not None else {})}
     return dataclasses.make_dataclass(f"{name}_config", fields, namespace=namespace, kw_only=True)
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return {k: _plain(v) for k, v in value.items()} if isinstance(value, Mapping) else value
+
+
 def schema_defaults(schema: type) -> dict[str, Any]:
-    """The defaults a schema holds, as plain YAML-able values (tuples become lists)."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        if isinstance(value, Mapping):
-            return {k: plain(v) for k, v in value.items()}
-        return value
-
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(schema):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = plain(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = plain(f.default_factory())
-        else:
-            out[f.name] = "???"  # OmegaConf's "required": set it in the YAML
-    return out
-
-
-def _qualname(obj: Any) -> str:
-    while isinstance(obj, functools.partial):
-        obj = obj.func
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', obj)}"
+    """The defaults a schema holds, as plain YAML-able values (tuples become lists; "???" where required)."""
+    return {f.name: _plain(f.default if f.default is not dataclasses.MISSING
+                           else "???" if f.default_factory is dataclasses.MISSING else f.default_factory())
+            for f in dataclasses.fields(schema)}
 
 
 def require_positive(values: Any, path: str, *, allow_empty: bool = False) -> None:
@@ -238,18 +188,12 @@ def apply_model_shortcuts(root: Mapping[str, Any], model_keys: set[str]) -> dict
     A shortcut the chosen model does not take is an error, not silently dropped.
     """
     model = dict(root.get("model") or {})
-    for key in MODEL_SHORTCUTS:
-        value = root.get(key)
-        if value is None:
-            continue
+    for key in (k for k in MODEL_SHORTCUTS if root.get(k) is not None):
         if key not in model_keys:
-            raise ConfigError(
-                key,
-                f"model {model.get('name')!r} does not take {key!r}",
-                allowed=sorted(model_keys - {"name"}),
-                hint=f"remove {key}=... or pick a model that has it (e.g. model=cnn)",
-            )
-        model[key] = value
+            raise ConfigError(key, f"model {model.get('name')!r} does not take {key!r}",
+                              allowed=sorted(model_keys - {"name"}),
+                              hint=f"remove {key}=... or pick a model that has it (e.g. model=cnn)")
+        model[key] = root[key]
     return model
 
 
@@ -260,11 +204,25 @@ def signature_defaults(factory: Callable, skip: Collection[str] = ()) -> dict[st
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip and p.name != "self"}
 
 
+# What a factory's default implies of its option (the annotation ``check_type`` would take), and in words.
+_WORDS = {bool: "true or false", float: "a number", str: "a string"}
+
+
+def _implied_type(default: Any) -> Any:
+    if isinstance(default, (bool, str)):
+        return type(default)
+    if isinstance(default, (int, float)):
+        return float
+    return tuple[(Any,) * len(default)] if isinstance(default, (tuple, list)) and default else Any
+
+
 def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: str,
                *, skip: Collection[str] = (), filled: Collection[str] = (), verb: str = "takes") -> None:
     """Raise a ConfigError for an unknown option, a missing required one, or a value of the wrong type.
 
-    ``skip``: parameters modelforge passes itself (not options); ``filled``: required ones it fills.
+    A value's type is the one its default implies (the annotations of torch and Lightning are too
+    loose or too exotic to check). ``skip``: parameters modelforge passes itself (not options);
+    ``filled``: required ones it fills.
     """
     try:
         params = signature_defaults(factory, skip)
@@ -272,34 +230,17 @@ def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: s
     except (TypeError, ValueError):  # no signature to check against
         return
     for key, value in options.items():
-        if key not in params:
-            if takes_any:
-                continue
+        if key not in params and not takes_any:
             raise ConfigError(f"{path}.{key}", f"{what} {verb} no option {key!r}",
                               suggestions=closest_names(key, params), allowed=sorted(params) or "no options")
-        _check_type(value, params[key], f"{path}.{key}", what)
+        default = params.get(key)
+        if value is not None and not _matches(value, tp := _implied_type(default), f"{path}.{key}"):
+            expected = _WORDS.get(tp) or f"a list of {len(default)} like {list(default)}"
+            raise ConfigError(f"{path}.{key}", f"{what} expects {expected} (default {default!r}), got {value!r}")
     for key, default in params.items():
         if default is inspect.Parameter.empty and key not in options and key not in filled:
             raise ConfigError(f"{path}.{key}", f"missing: {what} needs a value for {key!r}",
                               hint=f"add +{path}.{key}=VALUE")
-
-
-def _check_type(value: Any, default: Any, path: str, what: str) -> None:
-    if value is None or default is None or default is inspect.Parameter.empty:
-        return
-    if isinstance(default, bool):
-        ok, expected = isinstance(value, bool), "true or false"
-    elif isinstance(default, (int, float)):
-        ok, expected = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
-    elif isinstance(default, str):
-        ok, expected = isinstance(value, str), "a string"
-    elif isinstance(default, (tuple, list)):
-        ok, expected = isinstance(value, (tuple, list)) and len(value) == len(default), \
-            f"a list of {len(default)} like {list(default)}"
-    else:
-        return
-    if not ok:
-        raise ConfigError(path, f"{what} expects {expected} (default {default!r}), got {value!r}")
 
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -310,34 +251,23 @@ def conf_dir() -> Path:
     for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
         if (candidate / "train.yaml").is_file():
             return candidate
-    raise FileNotFoundError(
-        f"modelforge's conf/ directory was not found next to {PACKAGE_DIR}; reinstall the package"
-    )
+    raise FileNotFoundError(f"modelforge's conf/ directory was not found next to {PACKAGE_DIR}; reinstall the package")
 
 
 def config_groups() -> dict[str, list[str]]:
-    """modelforge's config groups (folders of conf/) and their options.
-
-    ``conf/hydra/`` is left out: it only adds options to Hydra's own groups
-    (``hydra/launcher``, ...), which Hydra and its plugins also fill.
-    """
-    root = conf_dir()
-    return {
-        group.name: sorted(p.stem for p in group.glob("*.yaml"))
-        for group in sorted(root.iterdir())
-        if group.is_dir() and not group.name.startswith(("_", ".")) and group.name != "hydra"
-    }
+    """modelforge's config groups (folders of conf/) and their options. ``conf/hydra/`` is left out:
+    it only adds options to Hydra's own groups (``hydra/launcher``, ...), which Hydra also lists."""
+    return {group.name: sorted(p.stem for p in group.glob("*.yaml")) for group in sorted(conf_dir().iterdir())
+            if group.is_dir() and not group.name.startswith(("_", ".")) and group.name != "hydra"}
 
 
 def user_cache_dir() -> Path | None:
-    """``$XDG_CACHE_HOME`` when it is an absolute path, else ``~/.cache``; None when no home folder is known."""
+    """``$XDG_CACHE_HOME`` when absolute (the XDG spec says to ignore a relative one), else ``~/.cache``;
+    None when no home folder is known (no $HOME and no passwd entry, e.g. ``docker run --user 1234``)."""
     cache = os.environ.get("XDG_CACHE_HOME", "")
-    # The XDG spec says relative values are invalid and must be ignored.
-    if os.path.isabs(cache):
-        return Path(cache)
     try:
-        return Path.home() / ".cache"
-    except RuntimeError:  # no $HOME and no passwd entry (e.g. docker run --user 1234)
+        return Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+    except RuntimeError:
         return None
 
 
@@ -346,16 +276,13 @@ MAX_ALIAS_USES = 100
 MAX_EXPANDED_NODES = 100_000
 
 
-def _where(path: Path, error: yaml.YAMLError) -> str:
-    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    return f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-
-
 def _parse_error(path: Path, error: yaml.YAMLError) -> ConfigError:
+    """``file:line:column: invalid YAML: ...`` (the line and column where PyYAML knows them)."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     context = getattr(error, "context", None)
-    text = f"{context}, {problem}" if context else problem
-    return ConfigError(_where(path, error), f"invalid YAML: {text}")
+    return ConfigError(where, f"invalid YAML: {f'{context}, {problem}' if context else problem}")
 
 
 def _expanded_size(root: yaml.Node, path: Path) -> int:
@@ -366,23 +293,19 @@ def _expanded_size(root: yaml.Node, path: Path) -> int:
 
     def size(node: yaml.Node) -> int:
         nonlocal alias_uses
-        key = id(node)
-        if key in sizes:  # a node reached again is an alias use
+        if id(node) in sizes:  # a node reached again is an alias use
             alias_uses += 1
             if alias_uses > MAX_ALIAS_USES:
                 raise ConfigError(str(path), f"more than {MAX_ALIAS_USES} YAML alias uses",
                                   hint="write the values out; aliases are meant for a few repeats")
-            return sizes[key]
-        if key in in_progress:
+            return sizes[id(node)]
+        if id(node) in in_progress:
             raise ConfigError(str(path), "a YAML alias refers to a node that contains it (a cycle)")
-        in_progress.add(key)
-        total = 1
-        if isinstance(node, yaml.SequenceNode):
-            total += sum(size(child) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            total += sum(size(k) + size(v) for k, v in node.value)
-        in_progress.discard(key)
-        sizes[key] = total
+        in_progress.add(id(node))
+        children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        sizes[id(node)] = total = 1 + sum(size(child) for child in children)
+        in_progress.discard(id(node))
         if total > MAX_EXPANDED_NODES:
             raise ConfigError(str(path), f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes",
                               hint="a config that large is an alias bomb or a mistake; write the values out")
@@ -401,11 +324,9 @@ def check_yaml_file(path: str | Path) -> None:
     if not path.is_file():
         raise ConfigError(str(path), "config file not found")
     try:
-        text = path.read_text(encoding="utf-8")
+        root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), f"cannot read the file: {exc}") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise _parse_error(path, exc) from None
     if root is not None:

@@ -23,59 +23,32 @@ class ModelforgeError(Exception):
 
 
 class ConfigError(ModelforgeError, ValueError):
-    """A config value is wrong.
+    """A config value is wrong: at ``path`` (dotted, e.g. ``model.enc_sizes``), ``problem`` in words,
+    what is ``allowed`` (a description or names), ``suggestions`` shown as "did you mean", and a
+    ``hint`` of how to fix it when the rest is not enough."""
 
-    Args:
-        path: dotted config path of the bad value, e.g. ``model.enc_sizes``.
-        problem: what is wrong, in words.
-        allowed: what would be accepted (a description or list of names).
-        suggestions: closest valid names, shown as "did you mean".
-        hint: how to fix it, when the above is not enough.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        problem: str,
-        *,
-        allowed: str | Iterable[str] | None = None,
-        suggestions: Iterable[str] = (),
-        hint: str | None = None,
-    ) -> None:
-        self.path = path
-        self.problem = problem
+    def __init__(self, path: str, problem: str, *, allowed: str | Iterable[str] | None = None,
+                 suggestions: Iterable[str] = (), hint: str | None = None) -> None:
+        self.path, self.problem, self.hint = path, problem, hint
         self.allowed = allowed if isinstance(allowed, (str, type(None))) else list(allowed)
         self.suggestions = list(suggestions)
-        self.hint = hint
-        super().__init__(self._format())
-
-    def _format(self) -> str:
-        where = f"{self.path}: " if self.path else ""
-        lines = [f"{where}{self.problem}"]
+        lines = [f"{path}: {problem}" if path else problem]
         if self.suggestions:
-            quoted = " or ".join(repr(s) for s in self.suggestions)
-            lines.append(f"  did you mean {quoted}?")
+            lines.append(f"  did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
         if self.allowed is not None:
-            allowed = self.allowed if isinstance(self.allowed, str) else ", ".join(self.allowed)
-            lines.append(f"  allowed: {allowed}")
-        if self.hint:
-            lines.append(f"  hint: {self.hint}")
-        return "\n".join(lines)
+            lines.append(f"  allowed: {self.allowed if isinstance(self.allowed, str) else ', '.join(self.allowed)}")
+        if hint:
+            lines.append(f"  hint: {hint}")
+        super().__init__("\n".join(lines))
 
 
 class UnknownNameError(ConfigError):
     """A name was looked up in a registry (or a list of choices) that does not hold it."""
 
     def __init__(self, kind: str, name: object, choices: Iterable[str], *, path: str = "") -> None:
+        self.kind, self.name = kind, name
         names = sorted(str(c) for c in choices)
-        self.kind = kind
-        self.name = name
-        super().__init__(
-            path,
-            f"unknown {kind} {name!r}",
-            allowed=names,
-            suggestions=closest_names(str(name), names),
-        )
+        super().__init__(path, f"unknown {kind} {name!r}", allowed=names, suggestions=closest_names(str(name), names))
 
 
 class DataError(ModelforgeError):
@@ -84,11 +57,6 @@ class DataError(ModelforgeError):
 
 class CheckpointError(ModelforgeError):
     """A checkpoint is missing, unreadable, or does not fit the model asked for."""
-
-
-_CPU_BYTES = re.compile(r"tried to allocate (\d+) bytes")
-_CUDA_SIZE = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
-_MODEL_KEYS = ("enc_sizes", "dec_sizes", "hidden_sizes", "activation")
 
 
 class ResourceError(ModelforgeError):
@@ -100,25 +68,21 @@ class ResourceError(ModelforgeError):
 def is_allocation_failure(exc: BaseException) -> bool:
     import torch
 
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
     text = str(exc)
-    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower()))
 
 
 def allocation_error(exc: BaseException, model_cfg: Mapping[str, Any] | None, while_doing: str) -> ResourceError:
     """A :class:`ResourceError` naming the model config and the size asked for."""
-    text = str(exc)
-    cpu, cuda = _CPU_BYTES.search(text), _CUDA_SIZE.search(text)
-    if cpu:
-        size = f"{int(cpu.group(1)) / 1e9:,.1f} GB in one block"
-    elif cuda:
-        size = f"{cuda.group(1)} more on the GPU"
-    else:
-        size = "more memory than is free"
+    text, cfg = str(exc), dict(model_cfg or {})
+    cpu = re.search(r"tried to allocate (\d+) bytes", text)
+    cuda = re.search(r"Tried to allocate ([\d.]+ [KMGT]?i?B)", text)
+    size = (f"{int(cpu.group(1)) / 1e9:,.1f} GB in one block" if cpu else f"{cuda.group(1)} more on the GPU" if cuda
+            else "more memory than is free")
     where = "on the GPU" if "CUDA" in text or "cuda" in text else "in RAM"
-    cfg = dict(model_cfg or {})
-    model = " ".join([f"model={cfg.get('name')}", *(f"{k}={cfg[k]}" for k in _MODEL_KEYS if cfg.get(k) is not None)])
+    keys = ("enc_sizes", "dec_sizes", "hidden_sizes", "activation")
+    model = " ".join([f"model={cfg.get('name')}", *(f"{k}={cfg[k]}" for k in keys if cfg.get(k) is not None)])
     return ResourceError(f"out of memory {while_doing}: {model} asked for {size} ({where}). "
                          "Choose smaller enc_sizes/dec_sizes, a smaller data.batch_size, "
                          "or bf16-mixed precision on a GPU")
@@ -130,18 +94,17 @@ def allocation_errors(model_cfg: Mapping[str, Any] | None, while_doing: str) -> 
     try:
         yield
     except (RuntimeError, MemoryError) as exc:
-        if not (is_allocation_failure(exc) or isinstance(exc, MemoryError)):
+        if not (isinstance(exc, MemoryError) or is_allocation_failure(exc)):
             raise
         raise allocation_error(exc, model_cfg, while_doing) from None
 
 
-# Why a run stopped early, and the exit code the CLI reports (bad input exits 2; any other
-# failure 1). A terminated or interrupted job also ends a sweep; a diverged one fails that job only.
-EXIT_DIVERGED = 3
-
-
 class RunStopped(Exception):
-    """Training stopped before its end for a reason the user should see in one message."""
+    """Training stopped before its end for a reason the user should see in one message.
+
+    ``exit_code`` is what the CLI reports (bad input exits 2; any other failure 1). A terminated or
+    interrupted job also ends a sweep; a diverged one fails that job only.
+    """
 
     status = "failed"
     exit_code = 1
@@ -180,4 +143,4 @@ class Diverged(RunStopped):
     """The training loss stopped being a number, or left the bound set for it."""
 
     status = "diverged"
-    exit_code = EXIT_DIVERGED
+    exit_code = 3
