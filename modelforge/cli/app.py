@@ -12,46 +12,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hydra import errors as hydra_errors
 from hydra import version
+from hydra._internal import utils as hydra_utils
 from hydra._internal.config_repository import ConfigRepository
-from hydra._internal.utils import (
-    _run_hydra,
-    create_automatic_config_search_path,
-    get_args_parser,
-    run_and_report,
-)
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import (
-    CompactHydraException,
-    ConfigCompositionException,
-    HydraException,
-    InstantiationException,
-    MissingConfigException,
-    OverrideParseException,
-    SearchPathException,
-)
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import (
-    ConfigAttributeError,
-    ConfigKeyError,
-    OmegaConfBaseException,
-)
+from omegaconf import errors as omegaconf_errors
 
+from modelforge import errors
 from modelforge.cli.run_checks import EXIT_CONFIG_ERROR, forget_validated, refuse
 from modelforge.config import check_yaml_file, conf_dir, load_yaml_file
-from modelforge.errors import (
-    ConfigError,
-    ModelforgeError,
-    RunStopped,
-    UnknownNameError,
-    closest_names,
-)
+from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
 from modelforge.sweep.callback import exit_if_jobs_failed, report_unfinished_sweeps
 from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
 
@@ -65,12 +43,11 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         if not OmegaConf.has_resolver(name):  # mf_uid, cached: two runs started in one second get two dirs
             OmegaConf.register_new_resolver(name, resolver, use_cache=name == "mf_uid")
     version.setbase("1.3")
-    parser = get_args_parser()
+    parser = hydra_utils.get_args_parser()
     cmd = CommandLine(parser.parse_args(argv), config_name)  # a bad flag exits as Hydra would
     users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]
 
     def job(cfg: DictConfig) -> Any:  # the task in the user's environment, its errors reported as ours
-
         sweep, saved_argv = HydraConfig.get().mode == RunMode.MULTIRUN, sys.argv
         _set_env(FULL_ERROR, users_full_error)  # the user's, for the job and the DDP ranks it starts
         sys.argv = sweep_job_argv(command) if sweep else saved_argv  # DDP ranks re-run it: in a sweep, this job
@@ -92,15 +69,15 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         if cmd.args.experimental_rerun:  # it unpickles a file: a config must not run code
             raise ConfigError("--experimental-rerun", "not supported: run the command again")
         cmd.prepare()
-        _run_hydra(args=cmd.args, args_parser=parser, task_function=job, config_path=str(conf_dir()),
-                   config_name=config_name)
+        hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=job, config_path=str(conf_dir()),
+                               config_name=config_name)
         exit_if_jobs_failed()  # a sweep that went on past failed jobs (Optuna) still fails the command
         return 0
     except BaseException as exc:
         _set_env(FULL_ERROR, users_full_error)
         report_unfinished_sweeps()  # Hydra stops a sweep at a failed job without on_multirun_end
         if (error := config_error(exc, cmd)) is None:  # Hydra's report and exit 1; SystemExit, ^C pass through
-            run_and_report(functools.partial(_reraise, exc))
+            hydra_utils.run_and_report(functools.partial(_reraise, exc))
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     finally:
@@ -122,7 +99,7 @@ def _reraise(exc: BaseException) -> None:
     raise exc
 
 
-class SweepJobError(CompactHydraException):
+class SweepJobError(hydra_errors.CompactHydraException):
     """A sweep job's error: Hydra records the job as failed and prints this kind in one line."""
 
 
@@ -133,14 +110,14 @@ class CommandLine:
         self.args, self.config_name = args, args.config_name or config_name
         try:
             self.overrides = OverridesParser.create().parse_overrides(args.overrides)
-        except HydraException:
+        except hydra_errors.HydraException:
             self.overrides = []  # Hydra reports the bad override when it composes
         self.folders = [f"file://{os.path.abspath(args.config_dir)}"] if args.config_dir else []
         self.folders += [str(v) for o in self.overrides if o.key_or_group == "hydra.searchpath" for v in _values(o)]
 
     def group_options(self, group: str) -> list[str]:
         """The options of config group ``group`` in conf/, plugins and the user's folders (Hydra cleared its own)."""
-        search_path = create_automatic_config_search_path(None, None, str(conf_dir()))
+        search_path = hydra_utils.create_automatic_config_search_path(None, None, str(conf_dir()))
         for folder in self.folders:
             search_path.append("command-line", folder)
         return sorted(ConfigRepository(search_path).get_group_options(group, ObjectType.CONFIG))
@@ -174,24 +151,25 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
     """The one-message error for ``exc``, or None when it is not a config problem."""
     if isinstance(exc, ModelforgeError):
         return exc
-    reported = (CompactHydraException, OmegaConfBaseException)
-    if isinstance(exc, (InstantiationException, SweepJobError)) or not isinstance(exc, reported):
+    reported = (hydra_errors.CompactHydraException, omegaconf_errors.OmegaConfBaseException)
+    if isinstance(exc, (hydra_errors.InstantiationException, SweepJobError)) or not isinstance(exc, reported):
         return None
-    if isinstance(exc, MissingConfigException) and "/" in (exc.missing_cfg_file or ""):
+    if isinstance(exc, hydra_errors.MissingConfigException) and "/" in (exc.missing_cfg_file or ""):
         group, _, option = exc.missing_cfg_file.removesuffix(".yaml").rpartition("/")
         return UnknownNameError(f"{group} option", option, exc.options or cmd.group_options(group), path=group)
-    if isinstance(exc, OverrideParseException):
+    if isinstance(exc, hydra_errors.OverrideParseException):
         return ConfigError(exc.override, exc.message.split("\n")[0], hint="quote it: 'key=[1,2]'; grammar: "
                            "https://hydra.cc/docs/advanced/override_grammar/basic/")
-    composing = isinstance(exc, ConfigCompositionException)
+    composing = isinstance(exc, hydra_errors.ConfigCompositionException)
     cause = exc.__cause__ if composing else exc
-    if composing and isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and cause.parent_node is not None:
+    missing_key = (omegaconf_errors.ConfigKeyError, omegaconf_errors.ConfigAttributeError)
+    if composing and isinstance(cause, missing_key) and cause.parent_node is not None:
         return _unknown_key(cause, cmd)
-    if isinstance(cause, OmegaConfBaseException) and cause.full_key:
+    if isinstance(cause, omegaconf_errors.OmegaConfBaseException) and cause.full_key:
         return ConfigError(str(cause.full_key), str(getattr(cause, "msg", cause)).split("\n")[0])
     if composing and cause is None and (error := _refused_override(str(exc), cmd)):
         return error
-    return ConfigError("--config-dir" if isinstance(exc, SearchPathException) else "",
+    return ConfigError("--config-dir" if isinstance(exc, hydra_errors.SearchPathException) else "",
                        str(exc).split("\nConfig search path")[0].strip() or type(exc).__name__)
 
 
@@ -214,7 +192,7 @@ def _refused_override(message: str, cmd: CommandLine) -> ConfigError | None:
     return None
 
 
-def _unknown_key(cause: OmegaConfBaseException, cmd: CommandLine) -> ConfigError:
+def _unknown_key(cause: omegaconf_errors.OmegaConfBaseException, cmd: CommandLine) -> ConfigError:
     """An override of a key the composed config lacks: where, the closest key there, and what exists."""
     missing, node = str(cause.full_key), cause.parent_node
     parent, _, key = missing.rpartition(".")
@@ -231,7 +209,7 @@ def _unknown_key(cause: OmegaConfBaseException, cmd: CommandLine) -> ConfigError
     else:  # a structured config (as Hydra's own) takes no new key
         hint = f"to add a key that is not in the config, write +{full}=..." if OmegaConf.get_type(node) is dict else None
     problem = f"no key {key!r} at " + (f"'{parent}'" if parent else "the top level of the config")
-    return ConfigError(missing, problem, allowed=keys, suggestions=closest_names(key, keys), hint=hint)
+    return ConfigError(missing, problem, allowed=keys, suggestions=errors.closest_names(key, keys), hint=hint)
 
 
 def _search_space_hint(typed: Override) -> str | None:  # for hydra.sweeper.params.KEY=...

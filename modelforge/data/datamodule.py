@@ -1,14 +1,13 @@
 """IDX data sets as a LightningDataModule that serves whole batches sliced from one uint8 tensor.
 
-Each split stays one uint8 tensor, moved once to the training device in ``setup``; a batch is one indexing
-op, then float conversion, shift augmentation and normalization on the batch: no per-sample Python
-transform, and on a GPU no batch crosses PCIe. Training order: :class:`ResumableShuffle`.
-"""
+Each split stays one uint8 tensor, moved once to the training device in ``setup``; a batch is one indexing op,
+then float conversion, shift augmentation and normalization: no per-sample Python transform, and on a GPU no
+batch crosses PCIe. Training order: :class:`ResumableShuffle`."""
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +27,12 @@ warnings.filterwarnings("ignore", message=r".*does not have many workers which m
 
 def random_shift(images: Tensor, max_shift: int) -> Tensor:
     """Shift each image of ``images`` [B, H, W] by its own random (dy, dx) in [-max_shift, max_shift].
-
     Pixels shifted in are 0 (the background). The device's global RNG: ``seed_everything`` repeats it."""
     if max_shift <= 0:
         return images
-    b, h, w = images.shape
-    device = images.device
+    (b, h, w), device = images.shape, images.device
     padded = F.pad(images, (max_shift, max_shift, max_shift, max_shift))
-    dy = torch.randint(0, 2 * max_shift + 1, (b, 1, 1), device=device)
-    dx = torch.randint(0, 2 * max_shift + 1, (b, 1, 1), device=device)
+    dy, dx = (torch.randint(0, 2 * max_shift + 1, (b, 1, 1), device=device) for _ in "yx")
     rows = dy + torch.arange(h, device=device).view(1, h, 1)
     cols = dx + torch.arange(w, device=device).view(1, 1, w)
     return padded[torch.arange(b, device=device).view(b, 1, 1), rows, cols]
@@ -55,13 +51,10 @@ class MnistBatches(Dataset):
         return len(self.labels)
 
     def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        if self.images.is_cuda:
-            # A plain copy to the GPU waits for all its queued work (the previous step); from pinned
-            # memory, non_blocking, it is queued behind that work instead.
-            index = index.pin_memory().to(self.images.device, non_blocking=True)
-        else:
-            index = index.to(self.images.device)
+        index, device = torch.as_tensor(indices, dtype=torch.long), self.images.device
+        # A plain copy to the GPU waits for all its queued work (the previous step); from pinned
+        # memory, non_blocking, it is queued behind that work instead.
+        index = index.pin_memory().to(device, non_blocking=True) if self.images.is_cuda else index.to(device)
         x = random_shift(self.images[index], self.augment_shift).unsqueeze(1).float().div_(255.0)
         if self.normalize:
             x = x.sub_(self.mean).div_(self.std)
@@ -72,27 +65,23 @@ class MnistBatches(Dataset):
         return x[0], y[0]
 
     def to(self, device: torch.device) -> MnistBatches:
-        """Move the data to ``device`` in place (no-op when already there)."""
         self.images, self.labels = self.images.to(device), self.labels.to(device)
         return self
 
 
-def _batch_as_is(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-    """collate_fn: ``__getitems__`` already returns a collated batch (module-level: picklable)."""
-    return batch
+def _batch_as_is(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:  # collate_fn, picklable
+    return batch  # ``__getitems__`` already returns a collated batch
 
 
 class ResumableShuffle(Sampler[int]):
     """Indices ``0..n-1`` in a new order every epoch, resumable mid-epoch: a resumed run keeps the batch order.
-
     Epoch ``e``'s order is ``randperm(n)`` seeded with ``seed + e`` (as ``DistributedSampler`` does); a
     checkpoint keeps the seed, the epoch and the samples served (:mod:`modelforge.train.checkpoints`)."""
 
     def __init__(self, n: int, seed: int) -> None:
         self.n, self.seed, self.epoch, self._skip = n, int(seed), 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        """Lightning calls this at the start of every epoch."""
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls it at the start of every epoch
         if epoch != self.epoch:
             self.epoch, self._skip = epoch, 0
 
@@ -112,9 +101,36 @@ class ResumableShuffle(Sampler[int]):
         return self.n  # the whole epoch: Lightning counts a resumed epoch's batches from where it stopped
 
 
+def _int(low: int, high: int | None = None, *, null: bool = False) -> tuple[Callable[[Any], bool], str]:
+    """A test for an integer in ``low..high`` (or None, if ``null``) and the words for it."""
+    words = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+    return (lambda v: v is None and null or _is(v, int) and low <= v <= (high or v)), words
+
+
+def _number(words: str, positive: bool = False) -> tuple[Callable[[Any], bool], str]:
+    return lambda v: v is None or _is(v, (int, float)) and not (positive and v <= 0), words
+
+
+def _is(value: object, kind: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)  # `batch_size: true` is a mistake, not 1
+
+
+# data.KEY: (a test of its value, what is allowed); checked in this order.
+_OPTIONS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "batch_size": _int(1), "eval_batch_size": _int(1, null=True), "num_workers": _int(0),
+    "augment_shift": _int(0, 27), "n_classes": _int(2, null=True),
+    "val_size": (lambda v: _is(v, int) and v >= 1 or isinstance(v, float) and 0.0 < v < 1.0,
+                 "a count >= 1 or a fraction in (0, 1)"),
+    "mean": _number("null (the data set's) or a number"),
+    "std": _number("null (the data set's) or a number > 0", positive=True),
+    # A bare string would be iterated letter by letter as a list of "mirrors".
+    "mirrors": (lambda v: v is None or isinstance(v, Sequence) and not isinstance(v, (str, bytes)),
+                "null or a list of URLs"),
+}
+
+
 class IdxDataModule(pl.LightningDataModule):
     """Any folder of the four IDX files: no checksums, no download; shapes, classes and stats from the files.
-
     Batches are ``(images float32 [B, 1, H, W], labels int64 [B])``. A known data set's subclass sets
     ``dataset`` (checksums, mirrors, stats, classes). Options: see ``conf/data/mnist.yaml``."""
 
@@ -126,22 +142,10 @@ class IdxDataModule(pl.LightningDataModule):
                  n_classes: int | None = None, download: bool = True, verify: bool = True, cache_decoded: bool = True,
                  mirrors: Sequence[str] | None = None, timeout: float = 30.0) -> None:
         super().__init__()
-        _check_int("batch_size", batch_size, 1)
-        _check_int("eval_batch_size", eval_batch_size, 1, optional=True)
-        _check_int("num_workers", num_workers, 0)
-        _check_int("augment_shift", augment_shift, 0, high=27)
-        _check_int("n_classes", n_classes, 2, optional=True)
-        if not (_is_int(val_size) and val_size >= 1 or isinstance(val_size, float) and 0.0 < val_size < 1.0):
-            raise ConfigError("data.val_size", f"got {val_size!r}", allowed="a count >= 1 or a fraction in (0, 1)")
-        for key, value in (("mean", mean), ("std", std)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
-                                      key == "std" and value <= 0):
-                raise ConfigError(f"data.{key}", f"got {value!r}", allowed="null (the data set's) or a number"
-                                  + (" > 0" if key == "std" else ""))
-        # A bare string would be iterated letter by letter as a list of "mirrors".
-        if mirrors is not None and (isinstance(mirrors, (str, bytes)) or not isinstance(mirrors, Sequence)):
-            raise ConfigError("data.mirrors", f"got {mirrors!r}", allowed="null or a list of URLs",
-                              hint="data.mirrors=[https://example.org/mnist/]")
+        for key, (accepts, allowed) in _OPTIONS.items():
+            if not accepts(value := locals()[key]):
+                raise ConfigError(f"data.{key}", f"got {value!r}", allowed=allowed,
+                                  hint="data.mirrors=[https://example.org/mnist/]" if key == "mirrors" else None)
         for url in mirrors or ():
             if not str(url).startswith(("http://", "https://", "file:")):
                 raise ConfigError("data.mirrors", f"{url!r} is not a URL", allowed="http://, https:// or file: URLs")
@@ -164,8 +168,7 @@ class IdxDataModule(pl.LightningDataModule):
     @property
     def input_shape(self) -> tuple[int, int, int]:
         """(channels, height, width) of one image, as the model must take it."""
-        size = self.dataset.image_size if self.dataset is not None else self._load()["train"][0].shape[1:]
-        return (1, *size)
+        return (1, *(self.dataset.image_size if self.dataset is not None else self._load()["train"][0].shape[1:]))
 
     @property
     def n_classes(self) -> int:
@@ -198,12 +201,10 @@ class IdxDataModule(pl.LightningDataModule):
         if self.train_set is None:
             images, labels = self._load()["train"]
             order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.seed))
-            n_val = self._val_count(len(labels))
-            val_idx, train_idx = order[:n_val], order[n_val:]
+            val_idx, train_idx = order.tensor_split([self._val_count(len(labels))])
             mean, std = self.normalization() if self.normalize else (0.0, 1.0)
             common = dict(normalize=self.normalize, mean=mean, std=std)
-            self.train_set = MnistBatches(images[train_idx], labels[train_idx], augment_shift=self.augment_shift,
-                                          **common)
+            self.train_set = MnistBatches(images[train_idx], labels[train_idx], augment_shift=self.augment_shift, **common)
             self.val_set = MnistBatches(images[val_idx], labels[val_idx], **common)
             self.test_set = MnistBatches(*self._load()["test"], **common)
         # Each DDP rank moves the data to its own device; 55 MB of uint8 fits any GPU.
@@ -231,12 +232,13 @@ class IdxDataModule(pl.LightningDataModule):
             self.train_sampler.resume(seed, epoch, skip)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._ready(self.val_set), self.eval_batch_size)
+        return self._loader(self.val_set, self.eval_batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._ready(self.test_set), self.eval_batch_size)
+        return self._loader(self.test_set, self.eval_batch_size)
 
-    def _loader(self, dataset: MnistBatches, batch_size: int, **kwargs: Any) -> DataLoader:
+    def _loader(self, dataset: MnistBatches | None, batch_size: int, **kwargs: Any) -> DataLoader:
+        dataset = self._ready(dataset)
         workers = self.num_workers if dataset.images.device.type == "cpu" else 0  # workers cannot share a GPU tensor
         return DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=_batch_as_is,
                           persistent_workers=workers > 0, **kwargs)
@@ -244,8 +246,7 @@ class IdxDataModule(pl.LightningDataModule):
     def _load(self) -> dict[str, tuple[Tensor, Tensor]]:
         if self._splits is None:
             root = resolve_data_dir(self.data_dir, self.name)
-            paths = ensure_files(root, self.dataset, download=self.download, mirrors=self.mirrors,
-                                 timeout=self.timeout)
+            paths = ensure_files(root, self.dataset, download=self.download, mirrors=self.mirrors, timeout=self.timeout)
             self._splits = load_idx_set(paths, self.dataset, verify=self.verify, n_classes=self._n_classes)
         return self._splits
 
@@ -266,21 +267,9 @@ class IdxDataModule(pl.LightningDataModule):
 
 class MNISTDataModule(IdxDataModule):
     """MNIST digits (IDX files, checked, downloaded)."""
-
     dataset = MNIST
 
 
 class FashionMNISTDataModule(IdxDataModule):
     """Fashion-MNIST clothing (IDX files, checked, downloaded)."""
-
     dataset = FASHION_MNIST
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # `batch_size: true` is a mistake, not 1
-
-
-def _check_int(name: str, value: object, low: int, *, high: int | None = None, optional: bool = False) -> None:
-    if not (value is None and optional) and not (_is_int(value) and low <= value <= (high or value)):
-        raise ConfigError(f"data.{name}", f"got {value!r}",
-                          allowed=f"an integer >= {low}" if high is None else f"an integer in {low}..{high}")
