@@ -1,10 +1,7 @@
-"""Crash-safe writes: a temp file in the target's own directory, fsynced, then renamed.
+"""Run records and crash-safe writes: a temp file beside the target, fsynced, then renamed.
 
-``os.replace`` within one directory is atomic on POSIX, so a reader (or a resume) sees the
-old file or the new one, never half of one; a SIGKILL mid-write leaves the old file and a
-``.NAME.*.tmp`` beside it. A failed write removes its temp file. A full disk is reported as
-one :class:`DiskFullError` naming the directory and the space the write needed.
-Lightning-free, so the sweep summary and the CLI can use it.
+``os.replace`` within one directory is atomic on POSIX: a reader (or a resume) sees the old
+file or the new one, never half of one. Lightning-free, so the sweep summary and CLI use it.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ class DiskFullError(ModelforgeError, OSError):
 
 def _size(n: int | None) -> str:
     if n is None or n < 1024:
-        return f"{n} bytes" if n is not None else "?"
+        return "?" if n is None else f"{n} bytes"
     unit = min(int(math.log(n, 1024)), 4)
     return f"{n / 1024 ** unit:.1f} {' KMGT'[unit]}B"
 
@@ -59,10 +56,9 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
                durable: bool = True) -> None:
     """Call ``write(handle)`` on a temp file beside ``path``, fsync it, then rename it to ``path``.
 
-    ``needed`` (bytes, when known in advance) is what a full-disk message reports; otherwise
-    the bytes written before the disk filled up are. ``durable=False`` skips the fsyncs: still
-    all or nothing for readers and for a killed writer, but a power cut may leave a damaged file
-    (for caches, whose readers check what they read).
+    ``needed``: the bytes a full-disk message reports (else those written before it filled up).
+    ``durable=False`` skips the fsyncs: still all or nothing, but a power cut may leave a damaged
+    file (for caches, whose readers check what they read).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,14 +84,10 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
         _fsync_dir(path.parent)
 
 
-def write_bytes(path: str | Path, data: bytes, *, durable: bool = True) -> None:
-    """Atomically replace ``path`` with ``data`` (``durable``: as in :func:`write_with`)."""
-    write_with(path, lambda handle: handle.write(data), needed=len(data), durable=durable)
-
-
 def write_text(path: str | Path, text: str) -> None:
     """Atomically replace ``path`` with ``text`` (UTF-8)."""
-    write_bytes(path, text.encode("utf-8"))
+    data = text.encode("utf-8")
+    write_with(path, lambda handle: handle.write(data), needed=len(data))
 
 
 def _is_disk_full(exc: BaseException) -> bool:
@@ -154,8 +146,7 @@ def check_run_dir(run_dir: Path, command: str) -> None:
         return
     if (run_dir / CLAIM_FILE).exists() and not any((run_dir / name).exists() for name in FINAL_RECORDS):
         raise _taken(run_dir)  # its run is under way (or was killed before it could say how it ended)
-    found = run_records(run_dir)
-    if not found:
+    if not (found := run_records(run_dir)):
         return
     if command == "train":
         hint = (f"pick a new directory, or resume with ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'} "
@@ -168,14 +159,10 @@ def check_run_dir(run_dir: Path, command: str) -> None:
 
 
 def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = False) -> None:
-    """Make ``run_dir`` this run's own, atomically, or raise ConfigError; create it if need be.
+    """Make ``run_dir`` this run's own, atomically (O_EXCL claim file), or raise ConfigError.
 
-    Call it once every config check has passed and before anything is written there. A
-    directory that another run claimed and has not finished (it may have started this very
-    moment) is refused in one line naming it; one that holds a run, as :func:`check_run_dir` says. A DDP
-    rank other than 0 writes into its rank 0's directory and claims nothing. ``for_task``: a
-    Hydra callback claims for the task that Hydra runs next in this process, whose own call
-    takes the claim over instead of being refused.
+    Call it after every config check and before anything is written there. ``for_task``: a
+    Hydra callback claims for the task Hydra runs next here, whose own call takes it over.
     """
     if is_ddp_child():
         return
@@ -196,10 +183,9 @@ def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = Fal
         raise _taken(run_dir) from None
     except OSError as exc:
         raise _unwritable(run_dir, exc.strerror or str(exc)) from None
-    try:
-        os.write(fd, json.dumps(holder).encode() + b"\n")  # the claim is made; this only says whose
-    except OSError:
-        pass  # a full disk: the run's own first write reports it
+    try:  # the claim is made; this only says whose (a full disk: the run's first write reports it)
+        with contextlib.suppress(OSError):
+            os.write(fd, json.dumps(holder).encode() + b"\n")
     finally:
         os.close(fd)
     if for_task:
@@ -248,8 +234,7 @@ def current_run_dir(fallback_root: str | Path = "outputs") -> Path:
 
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
-    # Time plus a random suffix: two runs started in the same second never share a folder.
-    # The CLI's layout (outputs/train/DATE/TIME_XXXXXX), relative to the working directory.
+    # The CLI's layout; the random suffix keeps two runs started in one second apart.
     run_dir = Path(fallback_root) / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True, exist_ok=False)
     return run_dir
@@ -276,12 +261,8 @@ def write_yaml(path: Path, data: dict[str, Any]) -> None:
 
 
 def write_setup_failure(run_dir: Path, exc: BaseException, record: dict[str, Any]) -> None:
-    """``metrics.json`` of a run that failed before training: status, error, and nothing else.
-
-    Rank 0 only (other DDP ranks run the same checks and fail alike); it never replaces a
-    ``metrics.json`` that is already there, and never creates ``run_dir``: a run that fails
-    before training leaves no run directory, or one whose ``metrics.json`` says why.
-    """
+    """``metrics.json`` of a run that failed before training (rank 0; never creates ``run_dir``
+    nor replaces a ``metrics.json``: other DDP ranks fail alike)."""
     from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
     if getattr(rank_zero_only, "rank", 0) != 0 or not run_dir.is_dir() or (run_dir / "metrics.json").exists():
@@ -291,10 +272,7 @@ def write_setup_failure(run_dir: Path, exc: BaseException, record: dict[str, Any
 
 
 def write_metrics(path: Path, metrics: dict[str, Any], failing: bool) -> None:
-    """Write metrics.json; while a run is already failing, a write error is reported, not raised.
-
-    Raising it would hide the run's own error (the one the user needs) behind this one.
-    """
+    """Write metrics.json; while a run is failing, a write error is printed, not raised (it would hide the run's)."""
     try:
         write_json(path, metrics)
     except OSError as exc:

@@ -1,16 +1,15 @@
 """``train(cfg)`` and ``evaluate(cfg)``: plain functions that the Hydra commands wrap.
 
-Everything is validated before any work starts: model, optimizer, schedule,
-hooks, trainer options, data files and checkpoint. A failure after that still
-leaves the run directory with what was saved and a ``metrics.json`` saying so.
+Everything is validated before any work starts (model, optimizer, schedule, hooks, trainer
+options, data files, checkpoint); a later failure leaves what was saved and a metrics.json saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,14 +70,9 @@ def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> 
     run = validate_run_config(cfg)
     ckpt = load_checkpoint(run.ckpt_path) if run.ckpt_path else None
     model = run.network
-    module = ClassifierModule(
-        model,
-        config=run.config,
-        n_classes=getattr(run.datamodule, "n_classes", 10),
-        label_smoothing=run.label_smoothing,
-        channels_last=run.channels_last,
-        compile=run.compile,
-    )
+    module = ClassifierModule(model, config=run.config, n_classes=getattr(run.datamodule, "n_classes", 10),
+                              label_smoothing=run.label_smoothing, channels_last=run.channels_last,
+                              compile=run.compile)
     for plugin in run.plugins:  # a layer pattern that matches nothing fails now, not at fit time
         plugin.targets(model)
     if ckpt is not None:
@@ -92,11 +86,9 @@ def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> 
 
 
 def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> float:
-    """Train, test the final weights, write ``metrics.json``; return the monitored metric.
+    """Train, test the final weights, write ``metrics.json``; return ``cfg.monitor`` (what sweepers optimize).
 
-    ``cfg`` is a full run config (as composed from ``conf/train.yaml``), or a
-    RunConfig already checked by :func:`validate_run_config`. The
-    return value (``cfg.monitor``, ``val/acc`` by default) is what sweepers optimize.
+    ``cfg``: a config composed from ``conf/train.yaml``, or a RunConfig already checked.
     """
     quiet_third_party()
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
@@ -111,12 +103,11 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
             return _train(run, run_dir, received)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _recorded_setup_failure(run_dir: Path, claimed: bool = True) -> Iterator[None]:
     """A failure before training leaves the run directory (where there is one) a metrics.json saying why.
 
-    Not yet ``claimed``: only into an existing directory that this run can claim now, never into
-    another run's.
+    Not yet ``claimed``: only into an existing directory this run can claim now, never another run's.
     """
     try:
         yield
@@ -132,13 +123,11 @@ def _recorded_setup_failure(run_dir: Path, claimed: bool = True) -> Iterator[Non
 
 
 def _claim_existing(run_dir: Path) -> bool:
-    if not run_dir.is_dir():
-        return False
-    try:
-        claim_run_dir(run_dir, "train")
-    except ConfigError:
-        return False
-    return True
+    if run_dir.is_dir():
+        with contextlib.suppress(ConfigError):
+            claim_run_dir(run_dir, "train")
+            return True
+    return False
 
 
 def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
@@ -148,15 +137,10 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
         prep = _prepare(run, run_dir)
     model = prep.module.model  # built models know their input shape; the one line replaces Lightning's table
     log.info("model %s", describe_model(model, model.input_shape, prep.config["model"].get("name")))
-    trainer, module = prep.trainer, prep.module
-    monitor = run.monitor
-    metrics: dict[str, Any] = {
-        "status": "running",
-        **_record(run_dir),
-        "params": sum(p.numel() for p in module.model.parameters()),
-        "monitor": monitor,
-        "data": describe_data(prep.datamodule),
-    }
+    trainer, module, monitor = prep.trainer, prep.module, run.monitor
+    metrics: dict[str, Any] = {"status": "running", **_record(run_dir),
+                               "params": sum(p.numel() for p in model.parameters()),
+                               "monitor": monitor, "data": describe_data(prep.datamodule)}
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", prep.config)
     start_epoch = int(prep.ckpt.get("epoch", -1)) + 1 if prep.ckpt else 0
@@ -165,7 +149,8 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
         try:
             trainer.fit(module, datamodule=prep.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)
-            metrics.update(_scalars(trainer.callback_metrics, prefix="val/"), **early_stop_summary(trainer))
+            metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+                           **early_stop_summary(trainer))
             if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:
                 metrics[f"best_{monitor}"] = float(trainer.checkpoint_callback.best_model_score)
                 metrics["best_ckpt"] = trainer.checkpoint_callback.best_model_path
@@ -243,19 +228,12 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
 def _eval_data_config(given: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
     """The training run's data settings (normalization, split, ...), with those this command set on top.
 
-    From the CLI, ``given`` is the whole composed ``data`` group, defaults included:
-    only the keys named on the command line count, or a default would undo a setting
-    the model was trained with.
+    From the CLI ``given`` holds the group's defaults too: only keys named on the command line
+    count, or a default would undo a setting the model was trained with.
     """
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
+    if _under_hydra():
         named = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in hydra_overrides()
                  if o.lstrip("+~").startswith("data.")}
         given = {k: v for k, v in given.items() if k in named}
     return {**stored, **given}
-
-
-def _scalars(values: Mapping[str, Any], prefix: str) -> dict[str, float]:
-    return {k: float(v) for k, v in values.items() if k.startswith(prefix)}
 

@@ -1,11 +1,7 @@
 """One typed run config, validated once, before any work: what ``train()`` hands to the builders.
 
-:func:`validate_run_config` reads a composed ``train`` config once (one conversion
-to plain containers) and checks every part of it: model, optimizer and schedule,
-hook plugins, data options, each ``trainer.*`` value against its ``pl.Trainer``
-type, and the top-level keys. The model is built here too (a graph's widths and
-shapes are checked by building it), once: ``train()`` trains that module. Nothing is read
-from disk and nothing is written, so the CLI runs it before Hydra creates the run directory.
+The model is built here too (building checks a graph's widths and shapes), once: ``train()``
+trains that module. Nothing is written, so the CLI runs it before Hydra creates the run directory.
 """
 
 from __future__ import annotations
@@ -49,13 +45,9 @@ MONITORED_METRICS = ("val/acc", "val/loss")
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A checked ``train`` config and the objects built from it.
+    """A checked ``train`` config and the objects built from it."""
 
-    ``config`` is the run config as plain containers with the model shortcuts
-    merged into ``model``: what ``config.yaml`` and checkpoints store.
-    """
-
-    config: dict[str, Any]
+    config: dict[str, Any]  # plain, shortcuts merged into "model": what config.yaml and checkpoints store
     model: Any  # the model config as validate_model_config returned it
     network: nn.Module  # built from ``model`` with ``seed`` (same seed, same weights)
     plugins: list[HookPlugin]
@@ -103,16 +95,6 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     divergence_bound(plain)
-    return RunConfig(
-        config=plain,
-        model=model,
-        network=network,
-        plugins=plugins,
-        datamodule=datamodule,
-        seed=seed,
-        monitor=monitor,
-        label_smoothing=label_smoothing,
-        channels_last=bool(_typed(plain, "channels_last", bool, False)),
-        compile=bool(_typed(plain, "compile", bool, False)),
-        ckpt_path=ckpt_path,
-    )
+    return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
+                     channels_last=bool(_typed(plain, "channels_last", bool, False)),
+                     compile=bool(_typed(plain, "compile", bool, False)), ckpt_path=ckpt_path)
