@@ -38,36 +38,26 @@ BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 NOT_RUN = "not run"
 _SWEEPS: list[SweepSummary] = []  # this process's sweeps, for the CLI once Hydra returns or raises
-
-
 SQLITE_PREFIX = "sqlite:///"
 
 
-def check_sweep_dir(config: DictConfig) -> None:
-    """Raise ConfigError when ``hydra.sweep.dir`` holds a sweep that this one is not continuing.
+def _sqlite_file(storage: str) -> Path | None:
+    return Path(storage[len(SQLITE_PREFIX):]) if storage.startswith(SQLITE_PREFIX) else None
 
-    Continuing is what the Optuna sweeper does with a study stored in that directory: its
-    new jobs get new directories (``<num>_<launch id>``), so no finished job's record changes.
-    """
+
+def check_sweep_dir(config: DictConfig) -> None:
+    """Raise ConfigError when ``hydra.sweep.dir`` holds a sweep that this one is not continuing (an Optuna
+    study stored there: its new jobs get new ``<num>_<launch id>`` directories, so no finished record changes)."""
     sweep_dir = Path(config.hydra.sweep.dir)
-    if not sweep_dir.is_dir():
-        return
     earlier = [p for p in (sweep_dir / "multirun.yaml", sweep_dir / "summary.csv") if p.exists()]
     earlier += sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
-    if not earlier or _continues_a_study(config, sweep_dir):
-        return
+    db = _sqlite_file(str(config.hydra.sweeper.get("storage") or ""))
+    if not earlier or db is not None and db.is_file() and db.resolve().parent == sweep_dir.resolve():
+        return  # nothing there, or the study it continues
     raise ConfigError("hydra.sweep.dir", f"{sweep_dir} already holds a sweep ({', '.join(p.name for p in earlier[:4])}"
                       f"{', ...' if len(earlier) > 4 else ''}); it is left untouched",
                       hint="pick a new hydra.sweep.dir (or leave it unset); an Optuna search "
                            "(hparams_search=optuna) continues the study stored in its directory")
-
-
-def _continues_a_study(config: DictConfig, sweep_dir: Path) -> bool:
-    storage = str(config.hydra.sweeper.get("storage") or "")
-    if not storage.startswith(SQLITE_PREFIX):
-        return False
-    db = Path(storage[len(SQLITE_PREFIX):])
-    return db.is_file() and db.resolve().parent == sweep_dir.resolve()
 
 
 class SweepSummary(Callback):
@@ -90,11 +80,10 @@ class SweepSummary(Callback):
         self.job_started = time.time()
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if config.hydra.mode != RunMode.MULTIRUN:
-            return
-        if job_return.status == JobStatus.FAILED:
-            record_failure(Path(config.hydra.runtime.output_dir), job_return, self.job_started, self.monitor)
-        self.refresh()
+        if config.hydra.mode == RunMode.MULTIRUN:
+            if job_return.status == JobStatus.FAILED:
+                record_failure(Path(config.hydra.runtime.output_dir), job_return, self.job_started, self.monitor)
+            self.refresh()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         rows = self.report()
@@ -147,11 +136,9 @@ def planned_jobs(config: DictConfig) -> list[list[str]] | None:
 
 
 def record_failure(job_dir: Path, job_return: JobReturn, started: float = 0.0, monitor: str | None = None) -> None:
-    """Make the failed job's ``metrics.json`` say so, with the error, unless ``train()`` already did.
-
-    A config that fails validation leaves no file, a failure after training (no monitored metric) one
-    saying "finished"; a file older than the job (``started``, a timestamp) is another run's: left alone.
-    """
+    """Make the failed job's ``metrics.json`` say so, with the error, unless ``train()`` already did (a config
+    that fails validation leaves no file, a failure after training one saying "finished"); a file older than
+    the job (``started``, a timestamp) is another run's: left alone."""
     path = job_dir / METRICS_FILE
     if path.is_file() and path.stat().st_mtime < started - 1.0:  # file times are coarser than time.time()
         log.warning("job %s failed but %s is an earlier run's; left as is", job_dir.name, path)
@@ -165,19 +152,16 @@ def record_failure(job_dir: Path, job_return: JobReturn, started: float = 0.0, m
     exc = job_return._return_value  # the public `return_value` re-raises it
     if isinstance(exc, CompactHydraException) and exc.__cause__ is not None:
         exc = exc.__cause__  # modelforge.cli.app.SweepJobError wraps the ModelforgeError
-    metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-    metrics.setdefault("overrides", list(job_return.overrides or []))
-    metrics.setdefault("run_dir", str(job_dir))
-    if monitor:
-        metrics.setdefault("monitor", monitor)
+    defaults = {"overrides": list(job_return.overrides or []), "run_dir": str(job_dir),
+                **({"monitor": monitor} if monitor else {})}
+    metrics = {**defaults, **metrics, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
     write_text(path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
 
 
 def report_unfinished_sweeps() -> None:
     """Print the table of each sweep that Hydra stopped at a failed job, before ``on_multirun_end``."""
     while _SWEEPS:
-        sweep = _SWEEPS.pop()
-        if sweep.failed is None:
+        if (sweep := _SWEEPS.pop()).failed is None:
             sweep.report(stopped=True)
 
 
@@ -204,21 +188,18 @@ class OptunaLogging(Callback):
 
 
 class ContinueStudy(Callback):
-    """Offsets the Optuna sampler's seed by the trials already stored, so a continued search explores new points.
-
-    Hydra's Optuna sweeper loads a stored study and runs ``n_trials`` more, but a seeded sampler
-    starts its random stream afresh: TPE's first random trials would repeat the study's first ones.
-    """
+    """Offsets the Optuna sampler's seed by the trials already stored: Hydra's Optuna sweeper runs ``n_trials``
+    more of a stored study, but a seeded sampler would repeat the study's first random trials."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweeper = config.hydra.sweeper  # Hydra instantiates the sweeper from this config next
         storage = str(sweeper.get("storage") or "")
-        if not storage or (storage.startswith("sqlite:///") and not Path(storage[10:]).is_file()):
+        if not storage or (db := _sqlite_file(storage)) and not db.is_file():
             return  # opening a missing SQLite file would create it
         import optuna
 
-        stored = sum(s.n_trials for s in optuna.get_all_study_summaries(storage) if s.study_name == sweeper.study_name)
-        if not stored:
+        if not (stored := sum(s.n_trials for s in optuna.get_all_study_summaries(storage)
+                              if s.study_name == sweeper.study_name)):
             return
         if sweeper.sampler.get("seed") is not None:
             with read_write(sweeper.sampler):

@@ -1,10 +1,8 @@
-"""The ``callbacks`` and ``logger`` groups: Lightning pieces built by ``hydra.utils.instantiate``.
+"""The ``callbacks`` and ``logger`` groups: ``{_target_: CLASS, **arguments}`` built by ``hydra.utils.instantiate``.
 
-Each option is ``{_target_: CLASS, **arguments}`` (conf/callbacks/*.yaml, conf/logger/*.yaml). A
-target must be a Lightning callback or logger, or a class a plugin registered in CALLBACKS or
-LOGGERS; an entry without ``_target_`` names such a registered class (``+callbacks.mine.n=1``).
-Nothing else is imported. Arguments are checked against the class's signature first, for
-did-you-mean messages that ``instantiate``'s TypeError cannot give.
+A target must be a Lightning callback or logger, or a class registered in CALLBACKS or LOGGERS (an entry
+without ``_target_`` names one: ``+callbacks.mine.n=1``); nothing else is imported. Arguments are checked
+against the class's signature first, for did-you-mean messages that ``instantiate``'s TypeError cannot give.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ _REGISTRIES = {"callbacks": CALLBACKS, "logger": LOGGERS}
 # Lightning loggers whose packages are optional extras.
 _LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "MLFlowLogger": ("mlflow",),
                     "WandbLogger": ("wandb",), "CometLogger": ("comet_ml",)}
-Fill = Callable[[type, Mapping[str, Any], Mapping[str, Any]], dict]
 # Lightning's interval for Trainer(log_every_n_steps=None), which conf/trainer/default.yaml spells out.
 DEFAULT_LOG_EVERY_N_STEPS = 50
 
@@ -62,18 +59,13 @@ def _resolve(group: str, name: str, target: Any) -> type:
         raise ConfigError(f"{path}._target_", f"cannot import {target!r}: {exc}") from None
 
 
-def checked_specs(group: str, cfg: Any, fill: Fill) -> list[tuple[str, dict[str, Any]]]:
-    """``[(name, {_target_, **arguments})]`` of a ``callbacks`` or ``logger`` config, checked.
-
-    ``fill(cls, accepted, options)`` gives arguments modelforge sets unless the config does (save_dir).
-    """
-    if not cfg:
-        return []
-    if not isinstance(cfg, Mapping):
+def checked_specs(group: str, cfg: Any, fill: Callable[..., dict]) -> list[tuple[str, dict[str, Any]]]:
+    """``[(name, {_target_, **arguments})]``, checked; ``fill`` adds what modelforge sets unless the config does."""
+    if cfg and not isinstance(cfg, Mapping):
         raise ConfigError(group, f"expected a mapping of names to options, got {cfg!r}",
                           hint=f"{group}=[a,b] {group}.a.option=value")
     specs = []
-    for name, options in cfg.items():
+    for name, options in (cfg or {}).items():
         options = dict(options or {})
         cls = _resolve(group, name, options.pop("_target_", None))
         accepted = signature_defaults(cls)
@@ -88,8 +80,8 @@ def _instantiate(group: str, name: str, spec: dict[str, Any], kind: type) -> Any
         built = instantiate(spec, _convert_="all")
     except InstantiationException as exc:  # the class refused its arguments, or a package is missing
         cause = exc.__cause__ or exc
-        hint = "pip install the package it names" if isinstance(cause, ImportError) else None
-        raise ConfigError(f"{group}.{name}", f"{name!r} refused its options: {cause}", hint=hint) from None
+        raise ConfigError(f"{group}.{name}", f"{name!r} refused its options: {cause}",
+                          hint="pip install the package it names" if isinstance(cause, ImportError) else None) from None
     if not isinstance(built, kind):
         raise ConfigError(f"{group}.{name}", f"{type(built).__name__} is not a Lightning {kind.__name__}")
     return built
@@ -101,8 +93,7 @@ def build_callbacks(cfg: Any, monitor: str = "val/acc") -> list[Callback]:
     def fill(cls: type, accepted: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
         if accepted.get("monitor") is None:  # no monitor, or an optional one (ModelCheckpoint)
             return {}
-        watched = options.get("monitor", monitor)
-        return {"monitor": monitor, "mode": "min" if str(watched).endswith("loss") else "max"}
+        return {"monitor": monitor, "mode": "min" if str(options.get("monitor", monitor)).endswith("loss") else "max"}
 
     built = [_instantiate("callbacks", name, spec, Callback) for name, spec in checked_specs("callbacks", cfg, fill)]
     if any(isinstance(c, (EarlyStopping, Timer)) for c in built):
@@ -112,6 +103,7 @@ def build_callbacks(cfg: Any, monitor: str = "val/acc") -> list[Callback]:
 
 def check_loggers(cfg: Any, run_dir: Path = Path("RUN")) -> list[tuple[str, dict[str, Any]]]:
     """The loggers' specs, checked against their signatures (built only in the run)."""
+
     def fill(cls: type, accepted: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
         if cls.__name__ in ("CSVLogger", "TensorBoardLogger"):
             return {"save_dir": str(run_dir), "name": "logs", "version": ""}  # RUN/logs/
@@ -159,14 +151,10 @@ def early_stop_summary(trainer: pl.Trainer) -> dict[str, Any]:
 
 
 class StepLogInterval(Callback):
-    """Lightning's default ``log_every_n_steps``, shortened to an epoch where an epoch is shorter.
+    """Lightning's default ``log_every_n_steps``, shortened to an epoch where an epoch is shorter (else loggers
+    get no step values and Lightning warns). Lightning checks it before counting batches: 1 until then passes."""
 
-    Otherwise loggers get no step values and Lightning warns. It checks the interval against the
-    epoch's batches once it has counted them: the interval is 1 until then, so the check passes.
-    """
-
-    def __init__(self) -> None:
-        self.interval = DEFAULT_LOG_EVERY_N_STEPS
+    interval = DEFAULT_LOG_EVERY_N_STEPS
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":

@@ -13,29 +13,18 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import (
-    Callback,
-    LearningRateMonitor,
-    ModelCheckpoint,
-    ProgressBar,
-)
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.config import check_type
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
+from modelforge.train import checkpoints as ckpts
 from modelforge.train.callbacks import (
     DEFAULT_LOG_EVERY_N_STEPS,
     StepLogInterval,
     build_callbacks,
     build_loggers,
-)
-from modelforge.train.checkpoints import (
-    INTERRUPTED_CKPT,
-    AtomicCheckpointIO,
-    CheckpointOnException,
-    LastCheckpoint,
-    ResumeState,
 )
 from modelforge.train.console import verbose
 from modelforge.train.progress import progress_bar
@@ -51,20 +40,19 @@ def default_precision(accelerator: str) -> str:
 def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], logged: bool) -> list[Callback]:
     monitor = config.get("monitor", "val/acc")
     ckpt_dir = run_dir / "checkpoints"
+    chosen = build_callbacks(config.get("callbacks"), monitor)
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
                         monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
-        LastCheckpoint(ckpt_dir),  # last.ckpt after every epoch and at the end of training
-        # A crash or Ctrl-C mid-epoch keeps the weights and loop state of that moment.
-        CheckpointOnException(ckpt_dir / INTERRUPTED_CKPT),
-        *run_safety_callbacks(config),  # divergence stop; RNG and shuffle position in checkpoints
+        ckpts.LastCheckpoint(ckpt_dir),  # last.ckpt after every epoch and at the end of training
+        ckpts.CheckpointOnException(ckpt_dir / ckpts.INTERRUPTED_CKPT),  # a crash or Ctrl-C mid-epoch keeps its state
+        DivergenceGuard(divergence_bound(config), config),
+        ckpts.ResumeState(),  # RNG and shuffle position in checkpoints
+        *_hooks(plugins, run_dir), *chosen,
     ]
-    callbacks += _hooks(plugins, run_dir)
-    chosen = build_callbacks(config.get("callbacks"), monitor)
-    callbacks.extend(chosen)
-    has_lr_monitor = any(isinstance(c, LearningRateMonitor) for c in chosen)
+    has_lr_monitor = any(isinstance(c, pl.callbacks.LearningRateMonitor) for c in chosen)
     if logged and not has_lr_monitor and (config.get("sched") or {}).get("name", "none") != "none":
-        callbacks.append(LearningRateMonitor(logging_interval="step"))
+        callbacks.append(pl.callbacks.LearningRateMonitor(logging_interval="step"))
     return callbacks
 
 
@@ -81,25 +69,23 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
     callbacks = _hooks(plugins, run_dir) if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
-    if logger:
-        if options.get("log_every_n_steps") in (None, DEFAULT_LOG_EVERY_N_STEPS):  # Lightning's, not a user's choice
-            callbacks.append(StepLogInterval())
-    if options.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+    if logger and options.get("log_every_n_steps") in (None, DEFAULT_LOG_EVERY_N_STEPS):  # Lightning's, not a user's
+        callbacks.append(StepLogInterval())
+    has_bar = any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks)
+    if options.get("enable_progress_bar", True) is not False and not has_bar:
         callbacks.append(progress_bar())  # a bar in a terminal, plain lines in a file or job log
     if options.get("enable_model_summary") is None:
         options["enable_model_summary"] = verbose()  # modelforge logs a one-line description instead
     if for_eval:
         options["enable_checkpointing"] = False
+    # Checkpoints are written by temp file + fsync + rename (a user's plugins come first).
+    own = options.get("plugins")
+    own = [] if own is None else list(own) if isinstance(own, (list, tuple)) else [own]
+    options["plugins"] = [*own, ckpts.AtomicCheckpointIO()]
     try:
-        # Checkpoints are written by temp file + fsync + rename (a user's plugins come first).
-        options["plugins"] = [*_as_list(options.get("plugins")), AtomicCheckpointIO()]
         return pl.Trainer(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks, **options)
     except (MisconfigurationException, ValueError) as exc:  # e.g. a user's plugin Lightning refuses
         raise lightning_refusal(exc) from None
-
-
-def _as_list(value: Any) -> list[Any]:
-    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def hydra_overrides() -> list[str]:
@@ -118,9 +104,8 @@ def format_metrics(metrics: Mapping[str, Any], run_dir: Path) -> str:
     return "\n".join([rule, *[f"{k.ljust(width)}  {v}" for k, v in rows], rule, f"run directory: {run_dir}"])
 
 
-# Set by modelforge itself; a user value would silently fight the run directory layout.
-RESERVED_TRAINER_KEYS = ("logger", "callbacks", "default_root_dir")
-_RESERVED_HINTS = {
+# Set by modelforge itself (a user value would silently fight the run directory layout), with where to set them.
+RESERVED_TRAINER_KEYS = {
     "logger": "choose loggers with the logger group: logger=csv, logger=[csv,tensorboard]",
     "callbacks": "add Lightning callbacks with the callbacks group: callbacks=[early_stopping,lr_monitor]",
     "default_root_dir": "runs go to hydra.run.dir",
@@ -140,23 +125,18 @@ def check_accelerator(options: Mapping[str, Any]) -> None:
     from pytorch_lightning.accelerators import AcceleratorRegistry
     from pytorch_lightning.strategies import StrategyRegistry
 
-    names = {
-        "accelerator": ["auto", "gpu", *AcceleratorRegistry.available_accelerators()],
-        "strategy": ["auto", *StrategyRegistry.available_strategies()],
-    }
-    for key, allowed in names.items():
+    for key, allowed in (("accelerator", ["auto", "gpu", *AcceleratorRegistry.available_accelerators()]),
+                         ("strategy", ["auto", *StrategyRegistry.available_strategies()])):
         value = options.get(key, "auto")
         if isinstance(value, str) and value not in allowed:
             raise UnknownNameError(key, value, allowed, path=f"trainer.{key}")
     accelerator = str(options.get("accelerator", "auto"))
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            "trainer.accelerator",
-            f"{accelerator!r} asked for, but this machine has no CUDA GPU that torch can use "
-            f"(torch {torch.__version__}, torch.cuda.is_available() is False)",
-            allowed="auto, cpu" + (", mps" if torch.backends.mps.is_available() else ""),
-            hint="trainer=ddp_cpu runs DDP as CPU processes; trainer.accelerator=auto uses a GPU when there is one",
-        )
+        raise ConfigError("trainer.accelerator", f"{accelerator!r} asked for, but this machine has no CUDA GPU that "
+                          f"torch can use (torch {torch.__version__}, torch.cuda.is_available() is False)",
+                          allowed="auto, cpu" + (", mps" if torch.backends.mps.is_available() else ""),
+                          hint="trainer=ddp_cpu runs DDP as CPU processes; "
+                               "trainer.accelerator=auto uses a GPU when there is one")
 
 
 def check_trainer_options(options: Mapping[str, Any]) -> None:
@@ -164,25 +144,15 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
     accepted = trainer_argument_types()
     for key, value in options.items():
         if key in RESERVED_TRAINER_KEYS:
-            raise ConfigError(f"trainer.{key}", "is set by modelforge", hint=_RESERVED_HINTS[key])
+            raise ConfigError(f"trainer.{key}", "is set by modelforge", hint=RESERVED_TRAINER_KEYS[key])
         if key not in accepted:
             raise ConfigError(f"trainer.{key}", f"pl.Trainer takes no argument {key!r}",
                               suggestions=closest_names(key, accepted), allowed=sorted(accepted))
         check_type(value, accepted[key], f"trainer.{key}")
     check_accelerator(options)
-    _check_values_with_lightning(options)
-
-
-def lightning_refusal(exc: Exception) -> ConfigError:
-    """Lightning's word on the ``trainer.*`` values, as modelforge's error."""
-    return ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got")
-
-
-def _check_values_with_lightning(options: Mapping[str, Any]) -> None:
-    """Lightning's own checks of the values (ranges, combinations such as ``max_epochs=-5``), before
-    any run directory exists: a Trainer with nothing to write is built and thrown away (~5 ms)."""
-    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-             "enable_model_summary": False}
+    # Lightning's own value checks (ranges, combinations such as max_epochs=-5), before any run
+    # directory exists: a Trainer with nothing to write is built and thrown away (~5 ms).
+    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     lightning_log = logging.getLogger("pytorch_lightning")
     level = lightning_log.level
     lightning_log.setLevel(logging.ERROR)  # its device banner comes once, from the run's own Trainer
@@ -196,6 +166,6 @@ def _check_values_with_lightning(options: Mapping[str, Any]) -> None:
         lightning_log.setLevel(level)
 
 
-def run_safety_callbacks(config: Mapping[str, Any]) -> list[Callback]:
-    """DivergenceGuard (``divergence.max_loss``) and ResumeState."""
-    return [DivergenceGuard(divergence_bound(config), config), ResumeState()]
+def lightning_refusal(exc: Exception) -> ConfigError:
+    """Lightning's word on the ``trainer.*`` values, as modelforge's error."""
+    return ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got")
