@@ -1,6 +1,6 @@
 """What each layer of modelforge imports, seen in one fresh interpreter (imports are per process).
 
-Model building, hooks and the summary must work without Lightning; hooks
+Model building, hooks, the data files and the summary must work without Lightning; hooks
 without matplotlib; the summary of a modelforge model without torch._dynamo (FlopCounterMode
 imports it, 1.5-2 s). One subprocess walks the layers in turn and reports, after each, which
 of those packages are loaded: cumulative, so a layer's check also covers the layers before it.
@@ -36,7 +36,7 @@ WALK = textwrap.dedent("""
     summarize(model, model.input_shape)
     describe_model(model, model.input_shape)
     note("summary of a shipped model")
-    import modelforge.data
+    import modelforge.data, modelforge.data.idx, modelforge.data.download
     note("import modelforge.data")
     print(json.dumps(seen))
 """)
@@ -53,6 +53,5 @@ def test_each_layer_loads_only_what_it_needs() -> None:
         "import modelforge.hooks": [],  # no Lightning, no matplotlib (imported when a PNG is written)
         "import modelforge.inspect.flops, modelforge.inspect.summary": [],
         "summary of a shipped model": [],  # MACs from forward hooks: no torch._dynamo
-        # The data package registers its LightningDataModules when imported (train, eval, list).
-        "import modelforge.data": ["lightning_fabric", "matplotlib", "modelforge.data", "pytorch_lightning", "torch._dynamo"],
+        "import modelforge.data": ["modelforge.data"],  # the IDX files need no Lightning
     }

@@ -12,7 +12,7 @@ import yaml
 from torch import nn
 
 import modelforge
-import modelforge.data  # noqa: F401 - registers the built-in data modules (imports Lightning)
+import modelforge.data.datamodule  # noqa: F401 - registers the built-in data modules (imports Lightning)
 from modelforge.config import conf_dir
 from modelforge.errors import ModelforgeError, UnknownNameError
 from modelforge.registry import REGISTRIES, Registry

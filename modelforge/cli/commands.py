@@ -61,7 +61,7 @@ def list_names(argv: list[str]) -> int:
     if args.registry is not None and args.registry not in REGISTRIES:
         raise UnknownNameError("registry", args.registry, REGISTRIES, path="list")
     if args.registry in (None, "datamodules"):
-        import modelforge.data  # noqa: F401 - registers the built-in data modules (loads Lightning)
+        import modelforge.data.datamodule  # noqa: F401 - registers the built-in data modules (loads Lightning)
     lines = []
     for registry in [REGISTRIES[args.registry]] if args.registry else REGISTRIES.values():
         shipped = _shipped_options({"callbacks": "callbacks", "loggers": "logger"}.get(registry.name), args.pattern)

@@ -1,18 +1,12 @@
 """The data layer: IDX files (``idx``), fetching them (``download``), the LightningDataModules (``datamodule``).
 
-Importing it registers the built-in ``data=`` names. ``import modelforge`` does not import it
-(it loads Lightning), so code that looks up a data module imports ``modelforge.data`` first.
+Reading IDX files needs no Lightning: the data modules load on first use, and importing
+``modelforge.data.datamodule`` registers the built-in ``data=`` names (``build_datamodule`` does it).
 """
 
+from typing import Any
+
 from modelforge.data.build import build_datamodule, describe_data
-from modelforge.data.datamodule import (
-    FashionMNISTDataModule,
-    IdxDataModule,
-    MnistBatches,
-    MNISTDataModule,
-    ResumableShuffle,
-    random_shift,
-)
 from modelforge.data.download import ensure_files, find_file, resolve_data_dir
 from modelforge.data.idx import (
     FASHION_MNIST,
@@ -26,11 +20,17 @@ from modelforge.data.idx import (
     parse_idx,
     read_idx_bytes,
 )
-from modelforge.registry import DATAMODULES
 
-DATAMODULES.add("mnist", MNISTDataModule)
-DATAMODULES.add("fashion_mnist", FashionMNISTDataModule)
-DATAMODULES.add("idx", IdxDataModule)
+_DATAMODULE_NAMES = ("FashionMNISTDataModule", "IdxDataModule", "MnistBatches", "MNISTDataModule",
+                     "ResumableShuffle", "random_shift")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DATAMODULE_NAMES:  # Lightning loads here, not on `import modelforge.data`
+        from modelforge.data import datamodule
+
+        return getattr(datamodule, name)
+    raise AttributeError(f"module 'modelforge.data' has no attribute {name!r}")
 
 __all__ = [
     "FASHION_MNIST", "FILE_NAMES", "IMAGES_MAGIC", "KNOWN_DATASETS", "LABELS_MAGIC", "MNIST",

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from modelforge.data.download import ensure_files, resolve_data_dir
 from modelforge.data.idx import FASHION_MNIST, MNIST, IdxDataset, load_idx_set
 from modelforge.errors import ConfigError
+from modelforge.registry import DATAMODULES
 
 # A batch here is one tensor slice, so Lightning's advice to add DataLoader workers is noise.
 warnings.filterwarnings("ignore", message=r".*does not have many workers which may be a bottleneck")
@@ -273,3 +274,8 @@ class MNISTDataModule(IdxDataModule):
 class FashionMNISTDataModule(IdxDataModule):
     """Fashion-MNIST clothing (IDX files, checked, downloaded)."""
     dataset = FASHION_MNIST
+
+
+DATAMODULES.add("mnist", MNISTDataModule)
+DATAMODULES.add("fashion_mnist", FashionMNISTDataModule)
+DATAMODULES.add("idx", IdxDataModule)
