@@ -23,13 +23,13 @@ from pytorch_lightning.loggers import Logger
 
 from modelforge.config import check_call, signature_defaults
 from modelforge.errors import ConfigError
-from modelforge.registry import CALLBACKS, LOGGERS, Registry
+from modelforge.registry import CALLBACKS, LOGGERS
 
 log = logging.getLogger("modelforge.train")
 
 # The modules a config's _target_ may name, besides classes registered by plugins.
 ALLOWED_MODULES = {"callbacks": "pytorch_lightning.callbacks", "logger": "pytorch_lightning.loggers"}
-_REGISTRIES = {"callbacks": CALLBACKS, "logger": LOGGERS}
+_GROUPS = {"callbacks": (CALLBACKS, Callback), "logger": (LOGGERS, Logger)}  # registry, base class
 # Lightning loggers whose packages are optional extras.
 _LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "MLFlowLogger": ("mlflow",),
                     "WandbLogger": ("wandb",), "CometLogger": ("comet_ml",)}
@@ -37,26 +37,26 @@ _LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "MLFlo
 DEFAULT_LOG_EVERY_N_STEPS = 50
 
 
-def _qualname(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def _resolve(group: str, name: str, target: Any) -> type:
     """The class ``target`` names (or, without one, the class registered as ``name``), if allowed."""
-    registry: Registry = _REGISTRIES[group]
+    registry, kind = _GROUPS[group]
     path = f"{group}.{name}"
     if target is None:
         return registry.get(name, path=path)
-    registered = {_qualname(cls): cls for cls in (registry.get(n) for n in registry.names()) if isinstance(cls, type)}
+    classes = [c for c in map(registry.get, registry.names()) if isinstance(c, type)]
+    registered = {f"{c.__module__}.{c.__qualname__}": c for c in classes}
     module = ALLOWED_MODULES[group]
     if not isinstance(target, str) or not (target.startswith(module + ".") or target in registered):
         raise ConfigError(f"{path}._target_", f"{target!r} is not a class modelforge may import",
                           allowed=f"{module}.<Class>, or a class registered in {registry.name} "
                                   f"({', '.join(sorted(registered)) or 'none yet'})")
     try:
-        return registered.get(target) or get_class(target)
+        cls = registered.get(target) or get_class(target)
     except (ImportError, ValueError) as exc:
         raise ConfigError(f"{path}._target_", f"cannot import {target!r}: {exc}") from None
+    if not issubclass(cls, kind):  # checked before anything is constructed
+        raise ConfigError(f"{path}._target_", f"{target} is not a Lightning {kind.__name__}")
+    return cls
 
 
 def checked_specs(group: str, cfg: Any, fill: Callable[..., dict]) -> list[tuple[str, dict[str, Any]]]:
@@ -71,18 +71,18 @@ def checked_specs(group: str, cfg: Any, fill: Callable[..., dict]) -> list[tuple
         accepted = signature_defaults(cls)
         placed = {k: v for k, v in fill(cls, accepted, options).items() if k in accepted and k not in options}
         check_call(cls, options, f"{group}.{name}", f"{group} {name!r}", filled=placed)
-        specs.append((name, {"_target_": _qualname(cls), **placed, **options}))
+        specs.append((name, {"_target_": f"{cls.__module__}.{cls.__qualname__}", **placed, **options}))
     return specs
 
 
-def _instantiate(group: str, name: str, spec: dict[str, Any], kind: type) -> Any:
+def _instantiate(group: str, name: str, spec: dict[str, Any]) -> Any:
     try:
         built = instantiate(spec, _convert_="all")
     except InstantiationException as exc:  # the class refused its arguments, or a package is missing
         cause = exc.__cause__ or exc
         raise ConfigError(f"{group}.{name}", f"{name!r} refused its options: {cause}",
                           hint="pip install the package it names" if isinstance(cause, ImportError) else None) from None
-    if not isinstance(built, kind):
+    if not isinstance(built, kind := _GROUPS[group][1]):  # a registered factory's product
         raise ConfigError(f"{group}.{name}", f"{type(built).__name__} is not a Lightning {kind.__name__}")
     return built
 
@@ -95,7 +95,7 @@ def build_callbacks(cfg: Any, monitor: str = "val/acc") -> list[Callback]:
             return {}
         return {"monitor": monitor, "mode": "min" if str(options.get("monitor", monitor)).endswith("loss") else "max"}
 
-    built = [_instantiate("callbacks", name, spec, Callback) for name, spec in checked_specs("callbacks", cfg, fill)]
+    built = [_instantiate("callbacks", name, spec) for name, spec in checked_specs("callbacks", cfg, fill)]
     if any(isinstance(c, (EarlyStopping, Timer)) for c in built):
         built.append(EarlyStopReport())
     return built
@@ -122,7 +122,7 @@ def check_loggers(cfg: Any, run_dir: Path = Path("RUN")) -> list[tuple[str, dict
 
 def build_loggers(cfg: Any, run_dir: Path) -> list[Logger]:
     """The chosen loggers, writing under ``run_dir``; [] for none."""
-    return [_instantiate("logger", name, spec, Logger) for name, spec in check_loggers(cfg, run_dir)]
+    return [_instantiate("logger", name, spec) for name, spec in check_loggers(cfg, run_dir)]
 
 
 class EarlyStopReport(Callback):

@@ -65,6 +65,8 @@ def test_the_progress_bar_and_model_summary_callbacks_take_the_shipped_yaml() ->
      r"(?s)callbacks.evil._target_: 'os.system' is not a class modelforge may import.*pytorch_lightning.callbacks"),
     ({"ghost": {"_target_": "pytorch_lightning.callbacks.NoSuchCallback"}},
      r"callbacks.ghost._target_: cannot import 'pytorch_lightning.callbacks.NoSuchCallback'"),
+    ({"path": {"_target_": "pytorch_lightning.callbacks.model_checkpoint.Path", "args": "x"}},
+     r"callbacks.path._target_: pytorch_lightning.callbacks.model_checkpoint.Path is not a Lightning Callback"),
     ({"wrong": {"_target_": "pytorch_lightning.loggers.CSVLogger", "save_dir": "x"}},
      r"callbacks.wrong._target_: 'pytorch_lightning.loggers.CSVLogger' is not a class modelforge may import"),
 ])
