@@ -21,20 +21,17 @@ from modelforge.data.idx import (
     read_idx_bytes,
 )
 
-_DATAMODULE_NAMES = ("FashionMNISTDataModule", "IdxDataModule", "MnistBatches", "MNISTDataModule",
-                     "ResumableShuffle", "random_shift")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _DATAMODULE_NAMES:  # Lightning loads here, not on `import modelforge.data`
-        from modelforge.data import datamodule
-
-        return getattr(datamodule, name)
-    raise AttributeError(f"module 'modelforge.data' has no attribute {name!r}")
-
 __all__ = [
     "FASHION_MNIST", "FILE_NAMES", "IMAGES_MAGIC", "KNOWN_DATASETS", "LABELS_MAGIC", "MNIST",
     "FashionMNISTDataModule", "IdxDataModule", "IdxDataset", "MNISTDataModule", "MnistBatches",
     "ResumableShuffle", "build_datamodule", "describe_data", "ensure_files", "find_file",
     "load_idx_set", "parse_idx", "random_shift", "read_idx_bytes", "resolve_data_dir",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:  # a name of data/datamodule.py: Lightning loads here, not on `import modelforge.data`
+        from modelforge.data import datamodule
+
+        return getattr(datamodule, name)
+    raise AttributeError(f"module 'modelforge.data' has no attribute {name!r}")
