@@ -10,11 +10,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import importlib
 import inspect
 import os
 import types
 import typing
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
@@ -241,6 +242,37 @@ def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: s
         if default is inspect.Parameter.empty and key not in options and key not in filled:
             raise ConfigError(f"{path}.{key}", f"missing: {what} needs a value for {key!r}",
                               hint=f"add +{path}.{key}=VALUE")
+
+
+def public_name(obj: Any, module: str) -> str:
+    """``module.Name`` when ``module`` exports ``obj`` (``torch.optim.Adam``), else where it is defined."""
+    exported = getattr(importlib.import_module(module), getattr(obj, "__name__", ""), None) is obj
+    return f"{module}.{obj.__name__}" if exported else f"{obj.__module__}.{obj.__qualname__}"
+
+
+def resolve_target(target: Any, path: str, module: str, registered: Iterable[Any], kind: type | None = None) -> Any:
+    """What a config's ``_target_`` names, imported only if it lies under ``module`` or is ``registered``
+    (by a plugin); with ``kind``, it must be a subclass of it. Checked before anything is constructed."""
+    by_name = {public_name(obj, module): obj for obj in registered if callable(obj)}
+    exported = [f"{module}.{n}" for n, obj in vars(importlib.import_module(module)).items()
+                if isinstance(obj, type) and (kind is None or issubclass(obj, kind)) and not n.startswith("_")]
+    allowed = f"{module}.<name>, or one registered by a plugin"
+    last = {name.rsplit(".", 1)[-1]: name for name in [*exported, *by_name]}  # close by the name itself
+    guess = [last[n] for n in closest_names(str(target).rsplit(".", 1)[-1], last)]
+    if not isinstance(target, str) or not (target.startswith(module + ".") or target in by_name):
+        raise ConfigError(f"{path}._target_", f"{target!r} is not a class modelforge may import",
+                          suggestions=guess, allowed=allowed)
+    from hydra._internal.utils import (
+        _locate,  # what instantiate imports with (get_object would log the failure)
+    )
+
+    try:
+        obj = by_name.get(target) or _locate(target)
+    except (ImportError, ValueError, AttributeError):
+        raise ConfigError(f"{path}._target_", f"cannot import {target!r}", allowed=allowed, suggestions=guess) from None
+    if kind is not None and not (isinstance(obj, type) and issubclass(obj, kind)):
+        raise ConfigError(f"{path}._target_", f"{target} is not a subclass of {public_name(kind, module)}")
+    return obj
 
 
 PACKAGE_DIR = Path(__file__).resolve().parent

@@ -15,6 +15,12 @@ def closest_names(name: str, choices: Iterable[str], n: int = 1) -> list[str]:
     return difflib.get_close_matches(str(name), [str(c) for c in choices], n=n, cutoff=0.6)
 
 
+def closest_globs(pattern: str, names: Iterable[str], n: int = 2) -> list[str]:
+    """Globs over dotted ``names`` (``encoder.*``, ``encoder.0.*``) that look like ``pattern``."""
+    prefixes = {".".join(parts[:i]) for parts in (str(name).split(".") for name in names) for i in range(1, len(parts))}
+    return closest_names(pattern, sorted(f"{prefix}.*" for prefix in prefixes) + list(names), n=n)
+
+
 class ModelforgeError(Exception):
     """Base class of every error modelforge raises on purpose.
 
@@ -57,6 +63,15 @@ class DataError(ModelforgeError):
 
 class CheckpointError(ModelforgeError):
     """A checkpoint is missing, unreadable, or does not fit the model asked for."""
+
+
+class ExportError(ModelforgeError):
+    """A model cannot be exported in a format (exit 2), or its exported file does not compute what the
+    model computes (``exit_code=1``: the parity check failed)."""
+
+    def __init__(self, message: str, *, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class ResourceError(ModelforgeError):

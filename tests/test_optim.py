@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from modelforge.errors import ConfigError
-from modelforge.train.optim import build_optimizer, build_scheduler, validate_optim
+from modelforge.train.optim import build_optimizer, build_scheduler, configure_optimizers, validate_optim
 
 
 def _params() -> list[nn.Parameter]:
@@ -17,15 +17,15 @@ def _params() -> list[nn.Parameter]:
 
 
 @pytest.mark.parametrize(("cfg", "cls", "expected"), [
-    ({"name": "adam", "lr": 0.01, "weight_decay": 0.1}, torch.optim.Adam,
+    ({"_target_": "torch.optim.Adam", "lr": 0.01, "weight_decay": 0.1}, torch.optim.Adam,
      {"lr": 0.01, "weight_decay": 0.1, "betas": (0.9, 0.999)}),
     # AdamW's weight_decay is torch's own default (1e-2): the class signature is the one source.
-    ({"name": "adamw", "lr": 0.002, "betas": [0.8, 0.99]}, torch.optim.AdamW,
+    ({"_target_": "torch.optim.AdamW", "lr": 0.002, "betas": [0.8, 0.99]}, torch.optim.AdamW,
      {"lr": 0.002, "weight_decay": 0.01, "betas": (0.8, 0.99)}),
-    ({"name": "RMSprop", "alpha": 0.9}, torch.optim.RMSprop, {"lr": 0.01, "alpha": 0.9, "momentum": 0}),
-    ({"name": "rmsprop"}, torch.optim.RMSprop, {"lr": 0.01}),
-    ({"name": "nadam", "lr": 0.01}, torch.optim.NAdam, {"lr": 0.01, "momentum_decay": 0.004}),
-    ({"name": "sgd", "lr": 0.1, "momentum": 0.5, "nesterov": True}, torch.optim.SGD,
+    ({"_target_": "torch.optim.RMSprop", "alpha": 0.9}, torch.optim.RMSprop, {"lr": 0.01, "alpha": 0.9, "momentum": 0}),
+    ({"_target_": "torch.optim.RMSprop"}, torch.optim.RMSprop, {"lr": 0.01}),
+    ({"_target_": "torch.optim.NAdam", "lr": 0.01}, torch.optim.NAdam, {"lr": 0.01, "momentum_decay": 0.004}),
+    ({"_target_": "torch.optim.SGD", "lr": 0.1, "momentum": 0.5, "nesterov": True}, torch.optim.SGD,
      {"lr": 0.1, "momentum": 0.5, "nesterov": True, "weight_decay": 0.0}),
 ])
 def test_optimizer_class_and_settings(cfg: dict, cls: type, expected: dict) -> None:
@@ -36,21 +36,21 @@ def test_optimizer_class_and_settings(cfg: dict, cls: type, expected: dict) -> N
 
 
 @pytest.mark.parametrize(("optim", "sched", "match"), [
-    ({"name": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": True}, None, r"optim.nesterov: nesterov needs momentum > 0"),
-    ({"name": "adam", "weight_decay": -1.0}, None, r"optim.weight_decay: must be >= 0, got -1.0"),
-    ({"name": "adam", "betas": [0.9, 1.0]}, None, r"optim.betas: expected two values in \[0, 1\)"),
-    ({"name": "adam"}, {"name": "onecycle", "pct_start": 1.0}, r"sched.pct_start: must be in \(0, 1\), got 1.0"),
-    ({"name": "adam"}, {"name": "cosine", "min_lr": -0.1}, r"sched.min_lr: must be >= 0, got -0.1"),
-    ({"name": "adamm"}, None, r"(?s)optim.name: unknown optimizer 'adamm'.*did you mean 'adam'.*rmsprop"),
-    ({"name": "adam", "lr": "abc"}, None, r"optim.lr: optim 'adam' expects a number \(default 0.001\), got 'abc'"),
-    ({"name": "adam", "amsgrd": True}, None, r"(?s)optim.amsgrd: optim 'adam' has no option 'amsgrd'.*did you mean 'amsgrad'"),
-    ({"name": "rprop", "etas": [0.5, 1.2, 3]}, None, r"optim.etas: optim 'rprop' expects a list of 2"),
-    ({"name": "adam"}, {"name": "step"}, r"sched.step_size: missing: sched 'step' needs a value for 'step_size'"),
-    ({"name": "adam"}, {"name": "step", "step_size": 1, "gama": 0.5}, r"(?s)sched.gama: .*did you mean 'gamma'"),
-    ({"name": "adam"}, {"name": "plateau", "monitor": "val/nope"}, r"(?s)sched.monitor: unknown metric 'val/nope'.*val/loss"),
-    ({"name": "adam"}, {"name": "cosine", "monitor": "val/loss"}, r"sched.monitor: only sched=plateau follows a metric"),
-    ({"name": "adam"}, {"name": "exponential", "gamma": 0.5, "interval": "batch"}, r"(?s)sched.interval: unknown interval 'batch'"),
-    ({"name": "adam"}, {"name": "warmup_cosine", "warmup_pct": 1.5}, r"sched.warmup_pct: must be in \[0, 1\), got 1.5"),
+    ({"_target_": "torch.optim.SGD", "lr": 0.1, "momentum": 0.0, "nesterov": True}, None, r"optim.nesterov: nesterov needs momentum > 0"),
+    ({"_target_": "torch.optim.Adam", "weight_decay": -1.0}, None, r"optim.weight_decay: must be >= 0, got -1.0"),
+    ({"_target_": "torch.optim.Adam", "betas": [0.9, 1.0]}, None, r"optim.betas: expected two values in \[0, 1\)"),
+    ({"_target_": "torch.optim.Adam"}, {"_target_": "modelforge.train.optim.onecycle", "pct_start": 1.0}, r"sched.pct_start: must be in \(0, 1\), got 1.0"),
+    ({"_target_": "torch.optim.Adam"}, {"_target_": "modelforge.train.optim.cosine", "min_lr": -0.1}, r"sched.min_lr: must be >= 0, got -0.1"),
+    ({"_target_": "torch.optim.Adamm"}, None, r"(?s)optim._target_: cannot import 'torch.optim.Adamm'.*did you mean 'torch.optim.Adam'"),
+    ({"_target_": "torch.optim.Adam", "lr": "abc"}, None, r"optim.lr: optim Adam expects a number \(default 0.001\), got 'abc'"),
+    ({"_target_": "torch.optim.Adam", "amsgrd": True}, None, r"(?s)optim.amsgrd: optim Adam has no option 'amsgrd'.*did you mean 'amsgrad'"),
+    ({"_target_": "torch.optim.Rprop", "etas": [0.5, 1.2, 3]}, None, r"optim.etas: optim Rprop expects a list of 2"),
+    ({"_target_": "torch.optim.Adam"}, {"_target_": "torch.optim.lr_scheduler.StepLR"}, r"sched.step_size: missing: sched StepLR needs a value for 'step_size'"),
+    ({"_target_": "torch.optim.Adam"}, {"_target_": "torch.optim.lr_scheduler.StepLR", "step_size": 1, "gama": 0.5}, r"(?s)sched.gama: .*did you mean 'gamma'"),
+    ({"_target_": "torch.optim.Adam"}, {"_target_": "torch.optim.lr_scheduler.ReduceLROnPlateau", "monitor": "val/nope"}, r"(?s)sched.monitor: unknown metric 'val/nope'.*val/loss"),
+    ({"_target_": "torch.optim.Adam"}, {"_target_": "modelforge.train.optim.cosine", "monitor": "val/loss"}, r"sched.monitor: only ReduceLROnPlateau \(sched=plateau\) follows a metric"),
+    ({"_target_": "torch.optim.Adam"}, {"_target_": "torch.optim.lr_scheduler.ExponentialLR", "gamma": 0.5, "interval": "batch"}, r"(?s)sched.interval: unknown interval 'batch'"),
+    ({"_target_": "torch.optim.Adam"}, {"_target_": "modelforge.train.optim.warmup_cosine", "warmup_pct": 1.5}, r"sched.warmup_pct: must be in \[0, 1\), got 1.5"),
 ])
 def test_bad_settings_name_their_key(optim: dict, sched: dict | None, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -73,11 +73,11 @@ def _lrs(sched_cfg: dict | None, steps: int, lr: float = 0.1, last_step: int = -
 
 
 def test_no_schedule_keeps_the_rate() -> None:
-    assert _lrs({"name": "none"}, 5) == [0.1] * 5 and _lrs(None, 3) == [0.1] * 3
+    assert _lrs({"_target_": None}, 5) == [0.1] * 5 and _lrs(None, 3) == [0.1] * 3
 
 
 def test_onecycle_warms_up_to_its_peak_then_anneals() -> None:
-    lrs = _lrs({"name": "onecycle", "max_lr_factor": 10.0, "pct_start": 0.25}, 100)
+    lrs = _lrs({"_target_": "modelforge.train.optim.onecycle", "max_lr_factor": 10.0, "pct_start": 0.25}, 100)
     peak = max(range(100), key=lrs.__getitem__)
     assert lrs[peak] == pytest.approx(1.0) and 20 <= peak <= 26  # lr * max_lr_factor, a quarter in
     assert lrs[0] == pytest.approx(1.0 / 25)  # OneCycleLR starts at max_lr / div_factor
@@ -85,14 +85,14 @@ def test_onecycle_warms_up_to_its_peak_then_anneals() -> None:
 
 
 def test_cosine_goes_from_lr_to_min_lr() -> None:
-    lrs = _lrs({"name": "cosine", "min_lr": 0.01}, 51)
+    lrs = _lrs({"_target_": "modelforge.train.optim.cosine", "min_lr": 0.01}, 51)
     assert lrs[0] == pytest.approx(0.1)
     assert lrs[25] == pytest.approx(0.01 + 0.09 * (1 + math.cos(math.pi * 25 / 51)) / 2)
     assert lrs[-1] == pytest.approx(0.01, abs=1e-3)
 
 
 def test_a_schedule_continued_from_a_step_matches_the_uninterrupted_one() -> None:
-    cfg = {"name": "cosine", "min_lr": 0.0}
+    cfg = {"_target_": "modelforge.train.optim.cosine", "min_lr": 0.0}
     uninterrupted = _lrs(cfg, 40)
     assert _lrs(cfg, 40, last_step=9, restored_lr=uninterrupted[10]) == pytest.approx(uninterrupted[10:])
 
@@ -105,34 +105,34 @@ def test_every_torch_optimizer_is_registered_and_builds() -> None:
     assert {"adam", "adamw", "sgd", "rmsprop", "adagrad", "lbfgs"} <= set(OPTIMIZERS.names())
     for attr, cls in classes.items():
         assert OPTIMIZERS.get(attr.lower()) is cls
-    assert type(build_optimizer(nn.Linear(2, 2), {"name": "Adagrad"})) is torch.optim.Adagrad
+    assert type(build_optimizer(nn.Linear(2, 2), {"_target_": "torch.optim.Adagrad"})) is torch.optim.Adagrad
 
 
 def test_no_decay_norm_bias_puts_norms_and_biases_in_a_group_without_weight_decay() -> None:
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4, 2), nn.LayerNorm(2))
-    optimizer = build_optimizer(model, {"name": "adamw", "weight_decay": 0.05, "no_decay_norm_bias": True})
+    optimizer = build_optimizer(model, {"_target_": "torch.optim.AdamW", "weight_decay": 0.05, "no_decay_norm_bias": True})
     decayed, plain = optimizer.param_groups
     assert decayed["weight_decay"] == 0.05 and plain["weight_decay"] == 0.0
     assert {id(p) for p in decayed["params"]} == {id(model[0].weight), id(model[3].weight)}
     assert len(plain["params"]) == 6  # conv bias, bn weight+bias, linear bias, layernorm weight+bias
-    single = build_optimizer(model, {"name": "adamw", "weight_decay": 0.05})
+    single = build_optimizer(model, {"_target_": "torch.optim.AdamW", "weight_decay": 0.05})
     assert len(single.param_groups) == 1 and single.param_groups[0]["weight_decay"] == 0.05
 
 
 @pytest.mark.parametrize(("cfg", "expected"), [
-    ({"name": "step", "step_size": 2, "gamma": 0.5}, [0.1, 0.1, 0.05, 0.05, 0.025]),
-    ({"name": "multistep", "milestones": [1, 3]}, [0.1, 0.01, 0.01, 0.001, 0.001]),
-    ({"name": "exponential", "gamma": 0.5}, [0.1, 0.05, 0.025, 0.0125, 0.00625]),
+    ({"_target_": "torch.optim.lr_scheduler.StepLR", "step_size": 2, "gamma": 0.5}, [0.1, 0.1, 0.05, 0.05, 0.025]),
+    ({"_target_": "torch.optim.lr_scheduler.MultiStepLR", "milestones": [1, 3]}, [0.1, 0.01, 0.01, 0.001, 0.001]),
+    ({"_target_": "torch.optim.lr_scheduler.ExponentialLR", "gamma": 0.5}, [0.1, 0.05, 0.025, 0.0125, 0.00625]),
 ])
 def test_epoch_schedules_follow_torch(cfg: dict, expected: list[float]) -> None:
     assert _lrs(cfg, 5) == pytest.approx(expected)
     from modelforge.train.optim import configure_optimizers
 
-    assert configure_optimizers(nn.Linear(3, 2), {"name": "sgd", "lr": 0.1}, cfg, 5)["lr_scheduler"]["interval"] == "epoch"
+    assert configure_optimizers(nn.Linear(3, 2), {"_target_": "torch.optim.SGD", "lr": 0.1}, cfg, 5)["lr_scheduler"]["interval"] == "epoch"
 
 
 def test_warmup_cosine_ramps_up_linearly_then_anneals_to_min_lr() -> None:
-    lrs = _lrs({"name": "warmup_cosine", "warmup_pct": 0.1, "min_lr": 0.01}, 100)
+    lrs = _lrs({"_target_": "modelforge.train.optim.warmup_cosine", "warmup_pct": 0.1, "min_lr": 0.01}, 100)
     assert lrs[:3] == pytest.approx([0.01, 0.02, 0.03]) and lrs[9] == pytest.approx(0.1)
     assert lrs[10] == pytest.approx(0.1) and lrs[-1] == pytest.approx(0.01, abs=1e-4)
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
@@ -143,9 +143,42 @@ def test_plateau_follows_its_monitor_with_the_mode_of_the_metric() -> None:
 
     model = nn.Linear(3, 2)
     for monitor, mode in (("val/loss", "min"), ("val/acc", "max")):
-        out = configure_optimizers(model, {"name": "sgd", "lr": 0.1}, {"name": "plateau", "monitor": monitor}, 10)
+        out = configure_optimizers(model, {"_target_": "torch.optim.SGD", "lr": 0.1}, {"_target_": "torch.optim.lr_scheduler.ReduceLROnPlateau", "monitor": monitor}, 10)
         config = out["lr_scheduler"]
         assert isinstance(config["scheduler"], torch.optim.lr_scheduler.ReduceLROnPlateau)
         assert config["monitor"] == monitor and config["interval"] == "epoch" and config["scheduler"].mode == mode
-    onecycle = configure_optimizers(model, {"name": "adam"}, {"name": "onecycle"}, 10)["lr_scheduler"]
+    onecycle = configure_optimizers(model, {"_target_": "torch.optim.Adam"}, {"_target_": "modelforge.train.optim.onecycle"}, 10)["lr_scheduler"]
     assert onecycle["interval"] == "step" and "monitor" not in onecycle
+
+
+@pytest.mark.parametrize(("optim", "message"), [
+    ({"name": "sgd"}, r"(?s)optim.name: optim is chosen by _target_ now.*optim._target_=torch.optim.SGD"),
+    ({"_target_": "os.system"}, r"optim._target_: 'os.system' is not a class modelforge may import"),
+    ({"_target_": "torch.optim.lr_scheduler.StepLR"}, r"optim._target_: .*StepLR is not a subclass of torch.optim.Optimizer"),
+    ({"_target_": "torch.optim.SGD", "param_groups": {"0.*": {"lr_mul": 0.1}}}, r"(?s)lr_mul: no setting.*'lr_mult'"),
+    ({"_target_": "torch.optim.SGD", "param_groups": {"0.*": {"lr_mult": 0}}}, r"optim.param_groups.0.\*.lr_mult"),
+])
+def test_optimizer_targets_are_checked_before_import(optim, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_optim(optim, None)
+
+
+def test_param_groups_set_lr_and_weight_decay_per_glob_and_onecycle_keeps_the_ratio():
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    model[0].weight.requires_grad_(False)  # frozen: in no group
+    cfg = {"_target_": "torch.optim.SGD", "lr": 0.1, "weight_decay": 0.01,
+           "param_groups": {"2.*": {"lr_mult": 0.5, "weight_decay": 0.0}}}
+    out = configure_optimizers(model, cfg, {"_target_": "modelforge.train.optim.onecycle"}, 20)
+    groups = out["optimizer"].param_groups
+    assert [len(g["params"]) for g in groups] == [2, 3]  # model.2's weight and bias; then 0.bias and the norm's
+    assert groups[0]["params"][0] is model[2].weight and groups[0]["weight_decay"] == 0.0
+    assert groups[1]["weight_decay"] == 0.01
+    assert [g["max_lr"] for g in groups] == pytest.approx([0.05, 0.1])
+    with pytest.raises(ConfigError, match=r"(?s)optim.param_groups.3.\*: matches no trainable parameter.*did you mean '[012]\.\*'"):
+        build_optimizer(model, {**cfg, "param_groups": {"3.*": {"lr_mult": 2.0}}})
+
+
+def test_a_fully_frozen_model_is_one_error():
+    model = nn.Linear(2, 2).requires_grad_(False)
+    with pytest.raises(ConfigError, match="every parameter of the model is frozen"):
+        build_optimizer(model, {"_target_": "torch.optim.SGD", "lr": 0.1})

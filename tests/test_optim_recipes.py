@@ -58,6 +58,6 @@ def test_the_optuna_search_samples_the_peaks_its_recorded_trials_had() -> None:
         cfg = compose("train", overrides=["hparams_search=optuna"], return_hydra_config=True)
     # optuna.md's trials: one-cycle peaks in [1e-3, 1e-1] (then written optim.lr in [1e-4, 1e-2] x 10).
     assert cfg.hydra.sweeper.params["optim.lr"] == "tag(log, interval(1e-3, 1e-1))"
-    assert cfg.sched.name == "onecycle" and cfg.sched.max_lr_factor is None
+    assert cfg.sched._target_ == "modelforge.train.optim.onecycle" and cfg.sched.max_lr_factor is None
     assert max(_lrs("optim.lr=8.2e-3")) == pytest.approx(8.2e-3)  # the best trial's peak
 

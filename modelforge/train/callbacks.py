@@ -17,11 +17,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from pytorch_lightning.callbacks import Callback, EarlyStopping, Timer
 from pytorch_lightning.loggers import Logger
 
-from modelforge.config import check_call, signature_defaults
+from modelforge.config import check_call, resolve_target, signature_defaults
 from modelforge.errors import ConfigError
 from modelforge.registry import CALLBACKS, LOGGERS
 
@@ -40,23 +40,9 @@ DEFAULT_LOG_EVERY_N_STEPS = 50
 def _resolve(group: str, name: str, target: Any) -> type:
     """The class ``target`` names (or, without one, the class registered as ``name``), if allowed."""
     registry, kind = _GROUPS[group]
-    path = f"{group}.{name}"
     if target is None:
-        return registry.get(name, path=path)
-    classes = [c for c in map(registry.get, registry.names()) if isinstance(c, type)]
-    registered = {f"{c.__module__}.{c.__qualname__}": c for c in classes}
-    module = ALLOWED_MODULES[group]
-    if not isinstance(target, str) or not (target.startswith(module + ".") or target in registered):
-        raise ConfigError(f"{path}._target_", f"{target!r} is not a class modelforge may import",
-                          allowed=f"{module}.<Class>, or a class registered in {registry.name} "
-                                  f"({', '.join(sorted(registered)) or 'none yet'})")
-    try:
-        cls = registered.get(target) or get_class(target)
-    except (ImportError, ValueError) as exc:
-        raise ConfigError(f"{path}._target_", f"cannot import {target!r}: {exc}") from None
-    if not issubclass(cls, kind):  # checked before anything is constructed
-        raise ConfigError(f"{path}._target_", f"{target} is not a Lightning {kind.__name__}")
-    return cls
+        return registry.get(name, path=f"{group}.{name}")
+    return resolve_target(target, f"{group}.{name}", ALLOWED_MODULES[group], map(registry.get, registry.names()), kind)
 
 
 def checked_specs(group: str, cfg: Any, fill: Callable[..., dict]) -> list[tuple[str, dict[str, Any]]]:

@@ -1,50 +1,82 @@
 """Optimizers and learning-rate schedules from the ``optim`` and ``sched`` configs.
 
-``optim.name`` is any optimizer class of ``torch.optim`` (any case: ``rmsprop``, ``RMSprop``) or a name a
-plugin registered; its options and their defaults are the class's own signature. ``sched.name`` picks a
-schedule: the ones planned over the whole run (``onecycle``, ``cosine``, ``warmup_cosine``) step every batch
-and need the run's total steps, known only once fitting starts; ``sched.epochs`` plans them over that many
-epochs instead (a 1-epoch run with ``sched.epochs=2``, resumed with ``trainer.max_epochs=2``, gives what 2
-epochs in one go give). torch's epoch schedules (``step``, ``multistep``, ``exponential``, ``plateau``) step
-every epoch. ``sched.interval``, ``.frequency`` and ``.monitor`` are Lightning's lr_scheduler settings.
-An option set to null takes the default of the class or factory: the YAML files list keys without defaults.
+Each is ``{_target_: CALLABLE, **its arguments}``, built by ``hydra.utils.instantiate`` (``_partial_``, then
+called with the parameters or the optimizer). ``optim._target_`` is any optimizer class of ``torch.optim``
+(``torch.optim.NAdam``) or one a plugin registered in OPTIMIZERS; its options and their defaults are the
+class's own signature. ``sched._target_`` is a class of ``torch.optim.lr_scheduler`` (``StepLR``,
+``ReduceLROnPlateau``: stepped every epoch) or a schedule of this module planned over the whole run
+(``onecycle``, ``cosine``, ``warmup_cosine``: stepped every batch), which needs the run's total steps, known
+only once fitting starts; ``sched.epochs`` plans them over that many epochs instead (a 1-epoch run with
+``sched.epochs=2``, resumed with ``trainer.max_epochs=2``, gives what 2 epochs in one go give). No
+``_target_``: a constant lr. ``sched.interval``, ``.frequency`` and ``.monitor`` are Lightning's
+lr_scheduler settings. ``optim.no_decay_norm_bias`` and ``optim.param_groups`` (per-glob ``lr_mult`` and
+``weight_decay``) are modelforge's. An option set to null takes the default of the class or factory.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
+from hydra.utils import instantiate
 from torch import nn
 
-from modelforge.config import check_call, require_positive, signature_defaults
-from modelforge.errors import ConfigError, UnknownNameError
+from modelforge.config import (
+    check_call,
+    check_type,
+    public_name,
+    require_positive,
+    resolve_target,
+    signature_defaults,
+)
+from modelforge.errors import (
+    ConfigError,
+    UnknownNameError,
+    closest_globs,
+    closest_names,
+)
 from modelforge.registry import OPTIMIZERS, SCHEDULERS
 
 _LR_SCHEDULER = torch.optim.lr_scheduler
 LIGHTNING_SCHED_KEYS = ("interval", "frequency", "monitor")  # for Lightning's lr_scheduler config, not the schedule
 MONITORABLE = ("val/loss", "val/acc", "train/loss", "train/acc")  # logged once per epoch: plateau can follow them
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.LocalResponseNorm, nn.RMSNorm)
+_GROUP_KEYS = ("lr_mult", "weight_decay")  # what optim.param_groups sets per glob
 
-for _attr, _cls in sorted(vars(torch.optim).items()):  # every optimizer class of torch.optim: the allow-list
+for _attr, _cls in sorted(vars(torch.optim).items()):  # every optimizer class of torch.optim, for `list`
     if isinstance(_cls, type) and issubclass(_cls, torch.optim.Optimizer) and _cls is not torch.optim.Optimizer:
         OPTIMIZERS.add(_attr.lower(), _cls, description=f"torch.optim.{_attr}")
 
 
-def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any], bool]:
-    """Check ``optim_cfg``; return (class, keyword arguments, no_decay_norm_bias)."""
+def _target(cfg: Mapping[str, Any], section: str, module: str, registry: Any, kind: type | None) -> Any:
+    """The callable ``cfg._target_`` names; the retired ``name`` key gets the ``_target_`` to write instead."""
+    if "name" in cfg:
+        obj = registry.get(str(cfg["name"]).lower(), path=f"{section}.name") if cfg["name"] is not None else None
+        to = public_name(obj, module) if obj else "..."
+        raise ConfigError(f"{section}.name", f"{section} is chosen by _target_ now, not by name",
+                          hint=f"{section}._target_={to}, or a file of conf/{section}: {section}=NAME")
+    return resolve_target(cfg.get("_target_"), section, module, map(registry.get, registry.names()), kind)
+
+
+def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any], bool, dict[str, Any]]:
+    """Check ``optim_cfg``; return (class, keyword arguments, no_decay_norm_bias, param_groups)."""
     # null means "the class's default": conf/optim lists keys as null so optim.lr=... needs no +.
     options = {k: v for k, v in optim_cfg.items() if v is not None}
-    name = options.pop("name", None)
-    if isinstance(name, str) and name not in OPTIMIZERS and name.lower() in OPTIMIZERS:
-        name = name.lower()  # torch's names match in any case
-    cls = OPTIMIZERS.get(name, path="optim.name")
-    no_decay = options.pop("no_decay_norm_bias", False)
-    if not isinstance(no_decay, bool):
-        raise ConfigError("optim.no_decay_norm_bias", f"got {no_decay!r}", allowed="true or false")
-    check_call(cls, options, "optim", f"optim {name!r}", skip=("params",), verb="has")
+    cls = _target(options, "optim", "torch.optim", OPTIMIZERS, torch.optim.Optimizer)
+    options.pop("_target_")
+    no_decay, groups = options.pop("no_decay_norm_bias", False), options.pop("param_groups", None) or {}
+    check_type(no_decay, bool, "optim.no_decay_norm_bias")
+    check_type(groups, dict[str, dict[str, float]], "optim.param_groups")
+    for glob, settings in groups.items():
+        for key, value in settings.items():
+            if key not in _GROUP_KEYS:
+                raise ConfigError(f"optim.param_groups.{glob}.{key}", f"no setting {key!r}", allowed=_GROUP_KEYS,
+                                  suggestions=closest_names(key, _GROUP_KEYS))
+            require_positive(value, f"optim.param_groups.{glob}.{key}") if key == "lr_mult" else None
+    check_call(cls, options, "optim", f"optim {cls.__name__}", skip=("params",), verb="has")
     # torch checks these too, but its words name no config key.
     if "lr" in options:
         require_positive(options["lr"], "optim.lr")
@@ -56,45 +88,57 @@ def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any
         raise ConfigError("optim.betas", f"expected two values in [0, 1), got {list(betas)}")
     if options.get("nesterov") and options.get("momentum", 0) <= 0:
         raise ConfigError("optim.nesterov", "nesterov needs momentum > 0")
-    try:
-        defaults = signature_defaults(cls)
-    except (TypeError, ValueError):
-        defaults = {}
-    if no_decay:  # param_groups needs it explicitly: the class's default goes to the decayed group only
-        options.setdefault("weight_decay", defaults.get("weight_decay", 0.0))
-    # YAML gives lists; torch's tuple-valued options (betas, etas, step_sizes) want tuples.
-    kwargs = {k: tuple(v) if isinstance(defaults.get(k), tuple) and isinstance(v, list) else v
-              for k, v in options.items()}
-    return cls, kwargs, no_decay
+    return cls, options, no_decay, groups
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two groups: weights with ``weight_decay``, and norm-layer parameters and biases without it."""
+def param_groups(model: nn.Module, defaults: Mapping[str, Any], groups: Mapping[str, Mapping[str, float]] = {},
+                 no_decay_norm_bias: bool = False) -> list[dict[str, Any]]:
+    """The trainable parameters (frozen ones are left out) in torch's param groups: one per glob of
+    ``groups`` (first match wins; ``lr_mult`` scales the lr), the rest in a last one; with
+    ``no_decay_norm_bias``, each split again with norm-layer parameters and biases at weight decay 0."""
     no_decay = {id(p) for m in model.modules() for pname, p in m.named_parameters(recurse=False)
-                if isinstance(m, _NORM_TYPES) or pname.endswith("bias")}
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if id(p) not in no_decay], "weight_decay": weight_decay},
-              {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
-    return [g for g in groups if g["params"]]
+                if isinstance(m, _NORM_TYPES) or pname.endswith("bias")} if no_decay_norm_bias else set()
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    chosen: dict[str, list[nn.Parameter]] = {glob: [] for glob in [*groups, ""]}
+    for name, param in named:
+        chosen[next((g for g in groups if fnmatch.fnmatchcase(name, g)), "")].append(param)
+    built = []
+    for glob, params in chosen.items():
+        if glob and not params:
+            raise ConfigError(f"optim.param_groups.{glob}", "matches no trainable parameter",
+                              suggestions=closest_globs(glob, [n for n, _ in named]),
+                              hint="parameter names as in model.named_parameters(), e.g. encoder.0.*")
+        settings = dict(groups.get(glob, {}))
+        mult = settings.pop("lr_mult", 1.0)  # kept in the group: a schedule re-planned on resume reads it
+        group = {"lr": defaults["lr"] * mult, "lr_mult": mult, **settings} if glob else {}
+        built += [{**group, "params": [p for p in params if id(p) not in no_decay]},
+                  {**group, "params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
+    return [g for g in built if g["params"]]
 
 
 def build_optimizer(params: nn.Module | Iterable, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """The optimizer ``optim_cfg`` names, over a module's parameters (or any iterable of them)."""
-    cls, kwargs, no_decay = _optimizer_options(optim_cfg)
-    if no_decay:
-        if not isinstance(params, nn.Module):
-            raise ConfigError("optim.no_decay_norm_bias", "needs the model, not a list of parameters")
-        return cls(param_groups(params, kwargs.pop("weight_decay")), **kwargs)
-    return cls(params.parameters() if isinstance(params, nn.Module) else params, **kwargs)
+    """The optimizer ``optim_cfg`` names, over a module's trainable parameters (or any iterable of them)."""
+    cls, options, no_decay, groups = _optimizer_options(optim_cfg)
+    spec = {"_target_": f"{cls.__module__}.{cls.__qualname__}", "_partial_": True, **options}
+    make = instantiate(spec, _convert_="all")
+    if not isinstance(params, nn.Module):
+        if no_decay or groups:
+            raise ConfigError("optim.param_groups" if groups else "optim.no_decay_norm_bias",
+                              "needs the model, not a list of parameters")
+        return make(params)
+    built = param_groups(params, {**signature_defaults(cls), **options}, groups, no_decay)
+    if not built:
+        raise ConfigError("freeze", "every parameter of the model is frozen: nothing to train")
+    return make(built)
 
 
 # --- schedules -------------------------------------------------------------------------------
 
-def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, last_step: int = -1) -> None:
+def constant(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, last_step: int = -1) -> None:
     """Constant learning rate."""
 
 
-def _onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float = 1.0,
+def onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float = 1.0,
               pct_start: float = 0.25, last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
     """One-cycle: warm up to lr * max_lr_factor (1: optim.lr is the peak), then anneal (OneCycleLR), every batch."""
     require_positive(max_lr_factor, "sched.max_lr_factor")
@@ -103,11 +147,12 @@ def _onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max
     # OneCycleLR divides by zero when the warm-up phase is under two steps (tiny smoke runs):
     # plan at least that many; a run that stops earlier just never finishes the cycle.
     planned = max(total_steps, math.ceil(2 / pct_start) + 1)
-    return _LR_SCHEDULER.OneCycleLR(optimizer, max_lr=lr * max_lr_factor, total_steps=planned,
+    peaks = [lr * group.get("lr_mult", 1.0) * max_lr_factor for group in optimizer.param_groups]
+    return _LR_SCHEDULER.OneCycleLR(optimizer, max_lr=peaks, total_steps=planned,
                                     pct_start=pct_start, last_epoch=last_step)
 
 
-def _cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, min_lr: float = 0.0,
+def cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, min_lr: float = 0.0,
             last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
     """Cosine annealing from optim.lr to min_lr over the run (CosineAnnealingLR), every batch."""
     if min_lr < 0:
@@ -115,7 +160,7 @@ def _cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, min_l
     return _LR_SCHEDULER.CosineAnnealingLR(optimizer, T_max=total_steps, eta_min=min_lr, last_epoch=last_step)
 
 
-def _warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, warmup_pct: float = 0.05,
+def warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, warmup_pct: float = 0.05,
                    min_lr: float = 0.0, last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
     """Linear warm-up from 0 over warmup_pct of the run, then cosine to min_lr, every batch."""
     if not 0.0 <= warmup_pct < 1.0:
@@ -134,34 +179,33 @@ def _warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float
     return _LR_SCHEDULER.LambdaLR(optimizer, factor, last_epoch=last_step)
 
 
-SCHEDULERS.add("none", _no_schedule)
-SCHEDULERS.add("onecycle", _onecycle)
-SCHEDULERS.add("cosine", _cosine)
-SCHEDULERS.add("warmup_cosine", _warmup_cosine)
-SCHEDULERS.add("step", _LR_SCHEDULER.StepLR, description="lr * gamma every step_size epochs (StepLR)")
-SCHEDULERS.add("multistep", _LR_SCHEDULER.MultiStepLR, description="lr * gamma at each epoch in milestones (MultiStepLR)")
-SCHEDULERS.add("exponential", _LR_SCHEDULER.ExponentialLR, description="lr * gamma every epoch (ExponentialLR)")
-SCHEDULERS.add("plateau", _LR_SCHEDULER.ReduceLROnPlateau,
-               description="lr * factor when sched.monitor stops improving for patience epochs (ReduceLROnPlateau)")
+SCHEDULERS.add("none", constant)
+SCHEDULERS.add("onecycle", onecycle)
+SCHEDULERS.add("cosine", cosine)
+SCHEDULERS.add("warmup_cosine", warmup_cosine)
+for _cls in (_LR_SCHEDULER.StepLR, _LR_SCHEDULER.MultiStepLR, _LR_SCHEDULER.ExponentialLR, _LR_SCHEDULER.ReduceLROnPlateau):
+    SCHEDULERS.add(_cls.__name__.lower(), _cls, description=f"torch.optim.lr_scheduler.{_cls.__name__}, every epoch")
 
 
 def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """Check ``sched_cfg``; return (factory, its options, Lightning's lr_scheduler settings)."""
-    options = {k: v for k, v in (sched_cfg or {"name": "none"}).items() if v is not None}
-    name = options.pop("name", "none")
-    factory = SCHEDULERS.get(name, path="sched.name")
+    options = {k: v for k, v in (sched_cfg or {}).items() if v is not None}
+    factory = _target(options, "sched", "torch.optim.lr_scheduler", SCHEDULERS, None) if options.get("_target_") \
+        else constant
+    options.pop("_target_", None)
+    what = f"sched {getattr(factory, '__name__', factory)}"
     lightning = {k: options.pop(k) for k in LIGHTNING_SCHED_KEYS if k in options}
     planned = not isinstance(factory, type)  # a factory of ours, planned over the run's total steps
     epochs = options.pop("epochs", None)  # modelforge's, not the factory's (module docstring)
     if epochs is not None:
-        if not planned or name == "none":
-            raise ConfigError("sched.epochs", f"sched {name!r} is not planned over the run, so it spans no epochs",
+        if not planned or factory is constant:
+            raise ConfigError("sched.epochs", f"{what} is not planned over the run, so it spans no epochs",
                               allowed="sched.epochs with onecycle, cosine or warmup_cosine")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ConfigError("sched.epochs", f"got {epochs!r}", allowed="null (trainer.max_epochs) or an integer >= 1")
     # Arguments modelforge passes itself; Lightning restores a torch class's position (last_epoch) on resume.
     skip = ("optimizer", "total_steps", "lr", "last_step") if planned else ("optimizer", "last_epoch")
-    check_call(factory, options, "sched", f"sched {name!r}", skip=skip, verb="has")
+    check_call(factory, options, "sched", what, skip=skip, verb="has")
     interval = lightning.setdefault("interval", "step" if planned else "epoch")
     if interval not in ("step", "epoch"):
         raise UnknownNameError("interval", interval, ("step", "epoch"), path="sched.interval")
@@ -171,17 +215,21 @@ def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, 
             raise UnknownNameError("metric", monitor, MONITORABLE, path="sched.monitor")
         options.setdefault("mode", "max" if monitor.endswith("acc") else "min")
     elif "monitor" in lightning:
-        raise ConfigError("sched.monitor", f"only sched=plateau follows a metric, not {name!r}")
+        raise ConfigError("sched.monitor", f"only ReduceLROnPlateau (sched=plateau) follows a metric, not {what}")
     return factory, options, lightning
 
 
-def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None) -> None:
-    """Check both configs before any work starts, by building them on a throwaway parameter."""
+def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None,
+                   model: nn.Module | None = None) -> None:
+    """Check both configs before any work starts, by building them over ``model`` (its param_groups'
+    globs match its names), or without one over a throwaway parameter and no param_groups."""
     _optimizer_options(optim_cfg)
     _sched_options(sched_cfg)
     key = "optim"
+    if model is None:  # 2-D: some optimizers (Muon) take matrices only
+        model, optim_cfg = nn.Linear(2, 2), {**optim_cfg, "param_groups": None}
     try:
-        optimizer = build_optimizer(nn.Linear(2, 2), optim_cfg)  # 2-D: some optimizers (Muon) take matrices only
+        optimizer = build_optimizer(model, optim_cfg)
         key = "sched"
         build_scheduler(optimizer, sched_cfg, total_steps=100, lr=optimizer.defaults.get("lr", 1e-3))
     except ConfigError:
@@ -194,9 +242,11 @@ def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Mapping[str, An
                     lr: float, last_step: int = -1) -> Any:
     """The schedule; a planned one spans ``total_steps`` and ``last_step`` >= 0 continues it from there."""
     factory, options, _ = _sched_options(sched_cfg)
+    make = instantiate({"_target_": f"{factory.__module__}.{factory.__qualname__}", "_partial_": True, **options},
+                       _convert_="all")
     if isinstance(factory, type):
-        return factory(optimizer, **options)
-    scheduler = factory(optimizer, total_steps=total_steps, lr=lr, last_step=last_step, **options)
+        return make(optimizer)
+    scheduler = make(optimizer, total_steps=total_steps, lr=lr, last_step=last_step)
     if scheduler is not None:
         # Saved with the scheduler's state, so a resumed run can tell it was planned for another length.
         scheduler.planned_steps = total_steps

@@ -7,7 +7,7 @@ trains that module. Nothing is written, so the CLI runs it before Hydra creates 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.train.callbacks import build_callbacks, check_loggers
 from modelforge.train.optim import validate_optim
 from modelforge.train.stopping import divergence_bound
+from modelforge.train.transfer import Transfer, apply_transfer
 from modelforge.train.trainer import (
     build_datamodule,
     check_trainer_options,
@@ -58,6 +59,7 @@ class RunConfig:
     channels_last: bool
     compile: bool
     ckpt_path: str | None
+    transfer: Transfer = field(default_factory=Transfer)  # init.from loaded, freeze applied to ``network``
 
 
 def _typed(plain: Mapping[str, Any], key: str, tp: Any, default: Any) -> Any:
@@ -89,7 +91,9 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     model = validate_model_config(plain["model"])
     with allocation_errors(plain["model"], "while building the model"):
         network = build_checked_model(model, seed=seed)
-    validate_optim(plain.get("optim") or {}, plain.get("sched"))
+    # Before the optimizer's check: its param_groups see only the parameters left trainable.
+    transfer = apply_transfer(plain, network, resuming=ckpt_path is not None)
+    validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
     check_trainer_options(plain.get("trainer") or {})
     check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
@@ -97,4 +101,5 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     divergence_bound(plain)
     return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
                      channels_last=bool(_typed(plain, "channels_last", bool, False)),
-                     compile=bool(_typed(plain, "compile", bool, False)), ckpt_path=ckpt_path)
+                     compile=bool(_typed(plain, "compile", bool, False)), ckpt_path=ckpt_path,
+                     transfer=transfer)

@@ -114,7 +114,7 @@ class DivergenceGuard(Callback):
         precision_cause = (f"float16 overflow (trainer.precision={precision}): try bf16-mixed or 32-true"
                            if precision.startswith("16") else f"numeric precision (trainer.precision={precision})")
         raise Diverged(f"training diverged at step {step} (epoch {epoch}): {what}. Likely causes: a learning rate "
-                       f"too high (optim.lr={optim.get('lr')}, optim={optim.get('name')}): try 10x lower; "
+                       f"too high (optim.lr={optim.get('lr')}, optim={optim.get('_target_')}): try 10x lower; "
                        f"{precision_cause}; no gradient clipping (trainer.gradient_clip_val=1.0). "
                        "trainer.detect_anomaly=true names the operation that first produced a NaN.")
 

@@ -66,7 +66,7 @@ def test_the_progress_bar_and_model_summary_callbacks_take_the_shipped_yaml() ->
     ({"ghost": {"_target_": "pytorch_lightning.callbacks.NoSuchCallback"}},
      r"callbacks.ghost._target_: cannot import 'pytorch_lightning.callbacks.NoSuchCallback'"),
     ({"path": {"_target_": "pytorch_lightning.callbacks.model_checkpoint.Path", "args": "x"}},
-     r"callbacks.path._target_: pytorch_lightning.callbacks.model_checkpoint.Path is not a Lightning Callback"),
+     r"callbacks.path._target_: pytorch_lightning.callbacks.model_checkpoint.Path is not a subclass of pytorch_lightning.callbacks.Callback"),
     ({"wrong": {"_target_": "pytorch_lightning.loggers.CSVLogger", "save_dir": "x"}},
      r"callbacks.wrong._target_: 'pytorch_lightning.loggers.CSVLogger' is not a class modelforge may import"),
 ])

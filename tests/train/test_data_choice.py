@@ -99,7 +99,7 @@ def test_an_explicit_model_shape_that_disagrees_with_the_data_is_an_error(tiny_m
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("overrides", [("optim=rmsprop",), ("optim.name=NAdam", "sched=plateau"),
+@pytest.mark.parametrize("overrides", [("optim=rmsprop",), ("optim._target_=torch.optim.NAdam", "sched=plateau"),
                                        ("optim=sgd", "sched=warmup_cosine", "+optim.no_decay_norm_bias=true")])
 def test_other_optimizers_and_schedules_train(tiny_mnist: Path, tmp_path: Path, overrides: tuple[str, ...]) -> None:
     cfg = compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=2", *overrides)

@@ -91,7 +91,7 @@ def test_sched_epochs_plans_the_schedule_over_that_many_epochs(tiny_mnist: Path,
 
 
 def test_sched_epochs_is_refused_where_no_schedule_is_planned(tiny_mnist: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"sched\.epochs.*'step' is not planned"):
+    with pytest.raises(ConfigError, match=r"sched\.epochs.*StepLR is not planned"):
         train(compose_train(tiny_mnist, *SAME, "sched=step", "+sched.epochs=2"), run_dir=tmp_path / "run")
     with pytest.raises(ConfigError, match=r"sched\.epochs: got 0"):
         train(compose_train(tiny_mnist, *SAME, "sched=onecycle", "sched.epochs=0"), run_dir=tmp_path / "run2")
