@@ -183,8 +183,9 @@ SCHEDULERS.add("none", constant)
 SCHEDULERS.add("onecycle", onecycle)
 SCHEDULERS.add("cosine", cosine)
 SCHEDULERS.add("warmup_cosine", warmup_cosine)
-for _cls in (_LR_SCHEDULER.StepLR, _LR_SCHEDULER.MultiStepLR, _LR_SCHEDULER.ExponentialLR, _LR_SCHEDULER.ReduceLROnPlateau):
-    SCHEDULERS.add(_cls.__name__.lower(), _cls, description=f"torch.optim.lr_scheduler.{_cls.__name__}, every epoch")
+for _name, _cls in (("step", _LR_SCHEDULER.StepLR), ("multistep", _LR_SCHEDULER.MultiStepLR),
+                    ("exponential", _LR_SCHEDULER.ExponentialLR), ("plateau", _LR_SCHEDULER.ReduceLROnPlateau)):
+    SCHEDULERS.add(_name, _cls, description=f"torch.optim.lr_scheduler.{_cls.__name__}, stepped every epoch")
 
 
 def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any], dict[str, Any]]:
