@@ -13,10 +13,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from hydra.utils import instantiate
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from modelforge.config import check_type
+from modelforge.config import check_type, resolve_target
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.train import checkpoints as ckpts
@@ -51,7 +52,7 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
         *_hooks(plugins, run_dir), *chosen,
     ]
     has_lr_monitor = any(isinstance(c, pl.callbacks.LearningRateMonitor) for c in chosen)
-    if logged and not has_lr_monitor and (config.get("sched") or {}).get("name", "none") != "none":
+    if logged and not has_lr_monitor and (config.get("sched") or {}).get("_target_") is not None:
         callbacks.append(pl.callbacks.LearningRateMonitor(logging_interval="step"))
     return callbacks
 
@@ -65,6 +66,7 @@ def _hooks(plugins: Sequence[Any], run_dir: Path) -> list[Callback]:
 def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], for_eval: bool = False) -> pl.Trainer:
     """A Trainer whose checkpoints and logs live in ``run_dir``."""
     options = dict(config.get("trainer") or {})  # checked by the caller (check_trainer_options)
+    target = options.pop("_target_", None) or "pytorch_lightning.Trainer"
     if options.get("precision") is None:
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
@@ -81,9 +83,11 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     # Checkpoints are written by temp file + fsync + rename (a user's plugins come first).
     own = options.get("plugins")
     own = [] if own is None else list(own) if isinstance(own, (list, tuple)) else [own]
-    options["plugins"] = [*own, ckpts.AtomicCheckpointIO()]
+    options.pop("plugins", None)
+    make = instantiate({"_target_": target, "_partial_": True, **options}, _convert_="all")
     try:
-        return pl.Trainer(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks, **options)
+        return make(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks,
+                    plugins=[*own, ckpts.AtomicCheckpointIO()])
     except (MisconfigurationException, ValueError) as exc:  # e.g. a user's plugin Lightning refuses
         raise lightning_refusal(exc) from None
 
@@ -141,7 +145,9 @@ def check_accelerator(options: Mapping[str, Any]) -> None:
 
 def check_trainer_options(options: Mapping[str, Any]) -> None:
     """Every ``trainer.*`` key must be a ``pl.Trainer`` argument modelforge does not set, of its type."""
-    accepted = trainer_argument_types()
+    accepted, options = trainer_argument_types(), dict(options)
+    cls = resolve_target(options.pop("_target_", None) or "pytorch_lightning.Trainer", "trainer", "pytorch_lightning",
+                         (), pl.Trainer)
     for key, value in options.items():
         if key in RESERVED_TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}", "is set by modelforge", hint=RESERVED_TRAINER_KEYS[key])
@@ -159,7 +165,7 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pl.Trainer(**{**options, **quiet})
+            cls(**{**options, **quiet})
     except (MisconfigurationException, ValueError) as exc:
         raise lightning_refusal(exc) from None
     finally:
