@@ -12,6 +12,7 @@ from modelforge.build import (
     model_config_from_run,
     validate_model_config,
 )
+from modelforge.deploy.load import load_model
 from modelforge.errors import (
     CheckpointError,
     ConfigError,
@@ -65,6 +66,7 @@ __all__ = [
     "create_model",
     "format_summary",
     "initialize",
+    "load_model",
     "make_activation",
     "model_config_from_run",
     "summarize",

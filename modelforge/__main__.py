@@ -9,6 +9,8 @@ COMMANDS = {
     "train": "train a model on MNIST (Hydra app; -m for sweeps)",
     "eval": "evaluate a checkpoint: eval ckpt_path=RUN/checkpoints/last.ckpt",
     "summary": "print the model a config builds: layers, shapes, parameters",
+    "export": "export a checkpoint to pt2, onnx or torchscript, checked against the eager model",
+    "predict": "classify images with a checkpoint or an exported model: predict ckpt_path=... inputs=DIR",
     "list": "list registries and their names: list [REGISTRY] [GLOB]",
 }
 
@@ -45,13 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean {guess[0]!r}?)" if guess else ""
         print(f"error: unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    from modelforge.cli.commands import eval_task, list_names, summary_task, train_task
+    from modelforge.cli.commands import TASKS, list_names
     from modelforge.errors import ModelforgeError
 
     if name != "list":
         from modelforge.cli.app import run
 
-        return run({"train": train_task, "eval": eval_task, "summary": summary_task}[name], name, rest)
+        return run(TASKS[name], name, rest)
     try:
         return list_names(rest)
     except ModelforgeError as exc:

@@ -51,6 +51,26 @@ def summary_task(cfg: DictConfig) -> None:
         print(f"module graph written to {drawn}")
 
 
+def export_task(cfg: DictConfig) -> None:
+    """Export a checkpoint and check the exported file against the eager model."""
+    from modelforge.deploy.export import (
+        export_task as run_export,  # loads the exporters
+    )
+
+    run_export(cfg)
+
+
+def predict_task(cfg: DictConfig) -> None:
+    """Classify image files with a checkpoint, a run directory or an exported model."""
+    from modelforge.deploy.predict import predict_task as run_predict
+
+    run_predict(cfg)
+
+
+TASKS = {"train": train_task, "eval": eval_task, "summary": summary_task, "export": export_task,
+         "predict": predict_task}
+
+
 def list_names(argv: list[str]) -> int:
     """``list [REGISTRY] [GLOB] [--config-dir DIR]``; ``blocks`` adds the composite blocks of conf/ and DIR."""
     parser = argparse.ArgumentParser(prog="python -m modelforge list", description="List registries and their names.")

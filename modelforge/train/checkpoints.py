@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,9 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
-from torch import nn
 
+from modelforge.deploy.load import check_fits, load_checkpoint  # noqa: F401 - re-exported: they live Lightning-free
 from modelforge.errors import (
-    CheckpointError,
     ConfigError,
     Diverged,
     Interrupted,
@@ -33,56 +31,8 @@ log = logging.getLogger(__name__)
 LAST_CKPT = "last.ckpt"
 INTERRUPTED_CKPT = "interrupted.ckpt"
 KEY = "modelforge_resume"
-# torch._weights_only_unpickler: "Detected pickle protocol 5 in the checkpoint, which was not the default ..."
-_PROTOCOL_WARNING = r"Detected pickle protocol \d+ in the checkpoint"
 # Lightning cannot see that the train loader resumes mid-epoch (ResumeState does it, not the loader).
 _MID_EPOCH_WARNING = r"You're resuming from a checkpoint that ended before the epoch ended"
-
-
-def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
-    """Read a modelforge checkpoint with ``weights_only=True`` (no arbitrary pickles run)."""
-    ckpt_path = Path(path).expanduser()
-    if not ckpt_path.is_file():
-        raise CheckpointError(f"{key}: no checkpoint file at {ckpt_path}")
-    try:
-        with warnings.catch_warnings():
-            # A file pickled with another protocol than torch's 2 (pickle.dump, torch.save(pickle_protocol=5))
-            # draws torch's warning just before the refusal below: the user gets one message, ours.
-            warnings.filterwarnings("ignore", message=_PROTOCOL_WARNING, category=UserWarning)
-            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many kinds for a bad file; all mean "not loadable"
-        raise CheckpointError(f"{key}: {ckpt_path} is not a loadable checkpoint ({_reason(exc)})") from None
-    config = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None
-    if not isinstance(config, dict) or "state_dict" not in ckpt:
-        raise CheckpointError(f"{key}: {ckpt_path} is not a modelforge checkpoint (it has no stored run config)")
-    return ckpt
-
-
-def _reason(exc: Exception) -> str:
-    """Torch's error in one line, without its advice to re-run with ``weights_only=False`` (that runs the pickle)."""
-    kept = []
-    for line in (line.strip() for line in str(exc).splitlines()):
-        if line.startswith("Weights only load failed"):
-            kept.append("weights-only load refused it")
-        elif line and not re.search(r"weights_only|Re-running|documentation of torch.load", line, re.IGNORECASE):
-            kept.append(line.rstrip("."))
-    return ": ".join(kept[:2]) or type(exc).__name__
-
-
-def check_fits(ckpt: dict[str, Any], module: nn.Module, key: str = "ckpt_path") -> None:
-    """Raise when the checkpoint's weights do not match ``module``'s parameters by name and shape."""
-    saved = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
-    wanted = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    reshaped = sorted(k for k in set(saved) & set(wanted) if saved[k] != wanted[k])
-    details = [f"{what}: {', '.join(names[:3])}" for what, names in (
-        ("shapes differ", [f"{k} {saved[k]} vs {wanted[k]}" for k in reshaped]),
-        ("missing from the checkpoint", sorted(set(wanted) - set(saved))),
-        ("not in this model", sorted(set(saved) - set(wanted)))) if names]
-    if details:
-        model = ckpt["hyper_parameters"]["config"].get("model", {})
-        brief = " ".join(f"{k}={model[k]}" for k in ("enc_sizes", "dec_sizes", "hidden_sizes") if k in model)
-        raise CheckpointError(f"{key}: the checkpoint holds a different model than this config builds "
-                              f"(checkpoint model: {model.get('name')} {brief}); " + "; ".join(details))
 
 
 def checkpoint_nbytes(checkpoint: Any) -> int:

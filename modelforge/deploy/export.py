@@ -1,0 +1,443 @@
+"""``export(model_or_path, format)``: a trained model as a ``.pt2`` program (torch.export), an ONNX file
+(dynamo exporter) or TorchScript (trace), with its metadata inside, loaded back and checked against the
+eager model on the run's test images. ``python -m modelforge export`` runs :func:`export_task`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import io
+import logging
+import math
+import os
+import re
+import time
+import traceback
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from modelforge.config import load_config
+from modelforge.deploy.load import load_model
+from modelforge.deploy.metadata import (
+    METADATA_KEY,
+    ONNX_METADATA_KEY,
+    metadata_json,
+    model_metadata,
+    read_metadata,
+)
+from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
+
+log = logging.getLogger(__name__)
+
+FORMATS = {"pt2": ".pt2", "onnx": ".onnx", "torchscript": ".pt"}  # format -> the suffix of its file
+SUFFIXES = {"pt2": (".pt2",), "onnx": (".onnx",), "torchscript": (".pt", ".ts")}
+METHODS = ("trace", "script")  # how TorchScript is made
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
+EXTRA = "pip install 'modelforge[export]'"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: str | Path | None = None, *,
+           atol: float = 1e-4, check: bool = True, n_images: int = 300, data_dir: str | Path | None = None,
+           dynamic_batch: bool = True, batch_size: int = 1, method: str = "trace", opset: int | None = None,
+           ema: bool = True) -> Path:
+    """Write ``model_or_path`` (a module, a ``.ckpt`` or a run directory) as a ``format`` file; return its path.
+
+    Args:
+        output: the file, or a folder for it; None: beside the checkpoint (``last.ckpt`` -> ``last.onnx``).
+        atol, check, n_images, data_dir: unless ``check`` is false, the file is loaded back and run on
+            ``n_images`` test images of the run's data set (from ``data_dir``, else the run's folder); a logit
+            further than ``atol`` from the eager model's, or any other top-1 class, raises ExportError.
+        dynamic_batch: any batch size; false: batches of ``batch_size`` only.
+        method: TorchScript's ``trace`` or ``script``. ``opset``: ONNX's (None: torch's default).
+        ema: a run that averaged its weights (``callbacks=[ema]``) exports the average; false: the trained ones.
+    """
+    format, method = _checked_choice("format", format, FORMATS), _checked_choice("method", method, METHODS)
+    _check_numbers(atol=atol, n_images=n_images, batch_size=batch_size, **({"opset": opset} if opset else {}))
+    if format == "onnx":
+        _need_onnx()
+    model = _without_hooks(load_model(model_or_path, ema=ema) if isinstance(model_or_path, (str, Path))
+                           else model_or_path)
+    meta = _metadata(model)
+    path = _output_path(output, format, model, meta)
+    example = torch.randn(2 if dynamic_batch else batch_size, *meta["input_shape"])
+    options = {"dynamic_batch": dynamic_batch, "method": method, "opset": opset}
+    started = time.perf_counter()
+    try:
+        artifact = BUILDERS[format](model, example, **options)
+    except ExportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - each exporter fails in its own kinds: one message says where
+        raise _cannot_export(format, model, example, options, exc) from None
+    _write(path, lambda target: SAVERS[format](artifact, target, metadata_json(meta)))
+    shape = "any batch size" if dynamic_batch else f"batches of {batch_size}"
+    print(f"exported {_name(model, meta)} to {path} ({format}, {path.stat().st_size / 1e6:.2f} MB, {shape}) "
+          f"in {time.perf_counter() - started:.1f} s")
+    if check:
+        check_export(model, path, format, atol=atol, n_images=n_images, data_dir=data_dir,
+                     batch_size=None if dynamic_batch else batch_size)
+    return path
+
+
+def export_task(cfg: Mapping[str, Any]) -> Path:
+    """``python -m modelforge export ckpt_path=... format=...``: conf/export.yaml's keys are :func:`export`'s."""
+    plain = load_config(cfg)
+    if not plain.get("ckpt_path"):
+        raise ConfigError("ckpt_path", "missing: the checkpoint or run directory to export",
+                          hint="python -m modelforge export ckpt_path=RUN/checkpoints/last.ckpt format=onnx")
+    options = {k: plain[k] for k in inspect.signature(export).parameters if k in plain and k != "model_or_path"}
+    return export(str(plain["ckpt_path"]), **options)
+
+
+# --- the exporters: build in memory (also how the other formats are probed), then save -----------------------
+
+def _batch_dims(dynamic_batch: bool) -> tuple[dict[int, Any], ...] | None:
+    return ({0: torch.export.Dim("batch", min=1)},) if dynamic_batch else None
+
+
+def _build_pt2(model: nn.Module, example: Tensor, *, dynamic_batch: bool, **_: Any) -> Any:
+    with _quiet():
+        return torch.export.export(model, (example,), dynamic_shapes=_batch_dims(dynamic_batch), strict=False)
+
+
+def _build_onnx(model: nn.Module, example: Tensor, *, dynamic_batch: bool, opset: int | None, **_: Any) -> Any:
+    with _quiet():
+        return torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=_batch_dims(dynamic_batch),
+                                 input_names=["images"], output_names=["logits"], opset_version=opset,
+                                 verbose=False)
+
+
+def _build_torchscript(model: nn.Module, example: Tensor, *, method: str, **_: Any) -> Any:
+    with _quiet():
+        if method == "trace":
+            return torch.jit.trace(model, example)
+        try:
+            return torch.jit.script(model)
+        except Exception as exc:  # noqa: BLE001 - TorchScript's compiler raises many kinds
+            reason = _first_line(exc)
+    raise ExportError(f"format torchscript: torch.jit.script cannot compile {type(model).__name__} ({reason}); "
+                      "use method=trace (the default), which exports every modelforge model, graph models included")
+
+
+def _save_pt2(program: Any, path: str, meta: str) -> None:
+    torch.export.save(program, path, extra_files={METADATA_KEY: meta})
+
+
+def _save_onnx(program: Any, path: str, meta: str) -> None:
+    program.model.metadata_props[ONNX_METADATA_KEY] = meta
+    program.save(path)
+
+
+def _save_torchscript(module: Any, path: str, meta: str) -> None:
+    with _quiet():
+        torch.jit.save(module, path, _extra_files={METADATA_KEY: meta})
+
+
+BUILDERS: dict[str, Callable[..., Any]] = {"pt2": _build_pt2, "onnx": _build_onnx, "torchscript": _build_torchscript}
+SAVERS: dict[str, Callable[[Any, str, str], None]] = {"pt2": _save_pt2, "onnx": _save_onnx,
+                                                      "torchscript": _save_torchscript}
+
+
+def load_exported(path: Path, format: str) -> Callable[[Tensor], Tensor]:
+    """The exported file as a function of a float batch, run as a deployment would run it."""
+    if format == "pt2":
+        program = torch.export.load(str(path)).module()
+        return lambda batch: program(batch)
+    if format == "torchscript":
+        with _quiet():
+            module = torch.jit.load(str(path), map_location="cpu").eval()
+        return lambda batch: module(batch)
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda batch: torch.from_numpy(session.run(None, {name: batch.numpy()})[0])
+
+
+# --- the check: the exported file against the eager model on real images ---------------------------------
+
+def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-4, n_images: int = 300,
+                 data_dir: str | Path | None = None, batch_size: int | None = None) -> dict[str, Any]:
+    """Run ``path`` and ``model`` on the same images; write ``<path>.check.json``; raise ExportError on a mismatch.
+
+    ``batch_size``: the file's fixed batch size; None: it takes any, checked with all images at once and with one.
+    """
+    meta = _metadata(model)
+    if read_metadata(path) != meta:
+        raise ExportError(f"{path}: the metadata read back differs from the model's", exit_code=1)
+    images, labels, source = check_images(meta, data_dir or getattr(model, "data_config", {}).get("data_dir"),
+                                          n_images)
+    exported = load_exported(path, format)
+    with torch.no_grad():
+        expected = model(images)
+        batches = [len(images), 1] if batch_size is None else [batch_size]
+        got = {size: _in_batches(exported, images if size != 1 or batch_size else images[:1], size)
+               for size in batches}
+    diffs = {size: float((out - expected[:len(out)]).abs().max()) for size, out in got.items()}
+    full = got[batches[0]]
+    agree = int((full.argmax(1) == expected[:len(full)].argmax(1)).sum())
+    report = {"format": format, "file": str(path), "images": source, "n_images": len(images),
+              "batch_sizes": batches, "max_abs_diff": max(diffs.values()), "max_abs_diff_by_batch": diffs,
+              "top1_agreement": agree / len(full), "atol": atol, "metadata": "inside the file", "torch": torch.__version__}
+    if labels is not None:
+        report.update(eager_top1_acc=float((expected.argmax(1) == labels).float().mean()),
+                      exported_top1_acc=float((full.argmax(1) == labels[:len(full)]).float().mean()))
+    report["passed"] = report["max_abs_diff"] <= atol and agree == len(full)
+    from modelforge.train.records import write_json  # Lightning-free: atomic JSON
+
+    check_path = path.with_name(path.name + ".check.json")
+    write_json(check_path, report)
+    line = (f"max abs difference {report['max_abs_diff']:.2e} (atol {atol:g}), top-1 agreement "
+            f"{report['top1_agreement']:.2%} ({agree}/{len(full)}) on {source}, batch sizes {batches}")
+    if not report["passed"]:
+        raise ExportError(f"{path} does not compute what the model computes: {line}; the file is kept for "
+                          f"inspection; details in {check_path}", exit_code=1)
+    print(f"check passed: {line} -> {check_path}")
+    return report
+
+
+def check_images(meta: Mapping[str, Any], data_dir: str | Path | None, n_images: int
+                 ) -> tuple[Tensor, Tensor | None, str]:
+    """The first ``n_images`` test images of the data set ``meta`` names, scaled and normalized as in training,
+    their labels, and a description; random inputs (no labels) when the model takes another image shape."""
+    from modelforge.data.download import find_file, resolve_data_dir
+    from modelforge.data.idx import KNOWN_DATASETS, SPLITS, read_checked
+
+    name, shape = str(meta.get("data") or "mnist"), list(meta["input_shape"])
+    dataset = KNOWN_DATASETS.get(name)
+    root = resolve_data_dir(data_dir, name)
+    images_name, labels_name = SPLITS["test"]
+    if (images_at := find_file(root, images_name)) is None:
+        raise DataError(f"the check runs the exported model on the {name} test images: no {images_name}[.gz] in "
+                        f"{root}; give their folder with data_dir=DIR, or skip the check with check=false")
+    images = read_checked(images_at, images_name, None, verify=False)[:n_images]
+    if [1, *images.shape[1:]] != shape:
+        log.warning("the %s test images are %s, the model takes %s: checking on random inputs", name,
+                    [1, *images.shape[1:]], shape)
+        return torch.randn(n_images, *shape, generator=torch.Generator().manual_seed(0)), None, "random inputs"
+    labels_at = find_file(root, labels_name)
+    labels = read_checked(labels_at, labels_name, None, verify=False)[:n_images].long() if labels_at else None
+    batch = images.unsqueeze(1).float().div_(255.0)
+    if meta.get("normalize"):
+        batch = batch.sub_(meta["normalize"]["mean"][0]).div_(meta["normalize"]["std"][0])
+    title = dataset.title if dataset is not None else name
+    return batch, labels, f"{len(batch)} {title} test images"
+
+
+def _in_batches(run: Callable[[Tensor], Tensor], images: Tensor, size: int) -> Tensor:
+    """``run`` over ``images`` in batches of exactly ``size`` (the last one padded, its padding dropped)."""
+    outputs = []
+    for start in range(0, len(images), size):
+        chunk = images[start:start + size]
+        padded = torch.cat([chunk, chunk.new_zeros(size - len(chunk), *chunk.shape[1:])]) if len(chunk) < size else chunk
+        outputs.append(run(padded)[:len(chunk)])
+    return torch.cat(outputs)
+
+
+# --- one message for a model a format cannot take: where, why, and which formats work ---------------------
+
+def _cannot_export(format: str, model: nn.Module, example: Tensor, options: dict[str, Any],
+                   exc: BaseException) -> ExportError:
+    chain = _chain(exc)
+    text = _ANSI.sub("", "\n".join(str(e) for e in chain))
+    probed = {f: _probe(f, model, example, options) for f in FORMATS if f != format}
+    where = [w for w in (_node(text, probed.get("pt2")), _code_site(model, chain, text)) if w]
+    others = [f for f, artifact in probed.items() if artifact is not None]
+    works = f"formats that work: {', '.join(others)}" if others else "no other format works for it either"
+    at = f" at {'; '.join(where)}" if where else ""
+    return ExportError(f"format {format}: {_name(model, _metadata(model))} cannot be exported{at}: "
+                       f"{_first_line(chain[-1])}\n  {works}")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    chain = [exc]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and nxt not in chain:
+        chain.append(nxt)
+    return chain
+
+
+def _node(text: str, program: Any) -> str | None:
+    """The graph node and op an exporter named, and (from a ``torch.export`` program) the module it is in."""
+    node = re.search(r"translating node %(\w+)", text)
+    op = re.search(r"op='([\w.]+)'|target=torch\.ops\.([\w.]+)|\b(aten::\w+)", text)
+    op_name = next((g for g in op.groups() if g), None) if op else None
+    if not node and not op_name:
+        return None
+    found = f"node %{node.group(1)}" + (f" (op {op_name})" if op_name else "") if node else f"op {op_name}"
+    base = re.split(r"[.:]+", op_name)[1] if op_name and re.search(r"[.:]", op_name) else node.group(1)
+    modules = _modules_running(program, base) if program is not None else []
+    return found + (f" in {', '.join(modules[:3])}" if modules else "")
+
+
+def _modules_running(program: Any, base: str) -> list[str]:
+    """The modules (dotted name and class) whose part of ``program`` calls an op named like ``base``."""
+    found: dict[str, None] = {}
+    for node in program.graph.nodes:
+        target = str(node.target).split(".")[1] if node.op == "call_function" and "." in str(node.target) else ""
+        stack = list((node.meta.get("nn_module_stack") or {}).values())
+        if stack and (target.endswith(base) or node.name.endswith(base)):
+            path, cls = stack[-1]
+            found[f"{path or 'the model'} ({str(cls).rpartition('.')[2]})"] = None
+    return list(found)
+
+
+def _code_site(model: nn.Module, chain: list[BaseException], text: str) -> str | None:
+    """The model's own line the exporter stopped at, with the modules whose ``forward`` holds it."""
+    frames = [(f, int(n), c.strip()) for f, n, _, c in re.findall(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.+)', text)]
+    for exc in chain:
+        frames += [(f.filename, f.lineno or 0, (f.line or "").strip()) for f in traceback.extract_tb(exc.__traceback__)]
+    spans = _forward_spans(model)
+    for file, line, code in reversed(frames):
+        for (span_file, first, last), (cls, names) in spans.items():
+            if span_file == file and first <= line <= last:
+                used = [n for n in names if n]
+                of = f" in {', '.join(used[:3])}{', ...' if len(used) > 3 else ''}" if used else ""
+                return f"{cls}.forward{of} ({Path(file).name}:{line}: `{code}`)"
+    return None
+
+
+def _forward_spans(model: nn.Module) -> dict[tuple[str, int, int], tuple[str, list[str]]]:
+    """(file, first line, last line) of each module class's ``forward`` -> (class name, the modules of it)."""
+    spans: dict[tuple[str, int, int], tuple[str, list[str]]] = {}
+    for name, module in model.named_modules():
+        forward = type(module).forward
+        try:
+            lines, first = inspect.getsourcelines(forward)
+            span = (inspect.getsourcefile(forward) or "", first, first + len(lines) - 1)
+        except (OSError, TypeError):
+            continue
+        spans.setdefault(span, (type(module).__qualname__, []))[1].append(name)
+    return spans
+
+
+def _probe(format: str, model: nn.Module, example: Tensor, options: dict[str, Any]) -> Any:
+    """The format's in-memory export of ``model``, or None where it fails."""
+    if format == "onnx" and _missing_onnx():
+        return None
+    try:
+        return BUILDERS[format](model, example, **{**options, "method": "trace"})
+    except Exception:  # noqa: BLE001 - a probe: any failure means "not this format"
+        return None
+
+
+# --- helpers -------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Exporters print graphs, progress and deprecation notices: the user gets our lines (and errors) only."""
+    loggers = [logging.getLogger(name) for name in ("torch", "onnx_ir", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _missing_onnx() -> list[str]:
+    import importlib.util
+
+    return [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+
+
+def _need_onnx() -> None:
+    if missing := _missing_onnx():
+        raise ExportError(f"format onnx needs {', '.join(missing)} (export and its check with onnxruntime): {EXTRA}")
+
+
+def _checked_choice(key: str, value: Any, choices: Mapping[str, Any] | tuple[str, ...]) -> str:
+    if value not in choices:
+        raise UnknownNameError(f"export {key}", value, choices, path=key)
+    return str(value)
+
+
+def _check_numbers(**values: Any) -> None:
+    for key, value in values.items():
+        wanted = float if key == "atol" else int
+        if isinstance(value, bool) or not isinstance(value, (int, float) if wanted is float else int) \
+                or not math.isfinite(value) or value <= 0:
+            raise ConfigError(key, f"got {value!r}", allowed=f"a {'number' if wanted is float else 'whole number'} > 0")
+
+
+def _without_hooks(model: nn.Module) -> nn.Module:
+    """``model`` as it is exported: in eval mode, on the CPU, without forward hooks (hook plugins are never
+    exported). A copy where that changes anything: the caller's module stays as it was, hooks included."""
+    hooked = [(m, dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()
+              if m._forward_hooks or m._forward_pre_hooks]
+    on_cpu = all(t.device.type == "cpu" for t in (*model.parameters(), *model.buffers()))
+    if not hooked and not model.training and on_cpu:
+        return model
+    if hooked:
+        names = [n or "the model" for n, m in model.named_modules() if any(m is h[0] for h in hooked)]
+        log.warning("leaving the forward hooks of %s out of the export (hook plugins are never exported)",
+                    ", ".join(names[:3]) + (", ..." if len(names) > 3 else ""))
+    try:
+        for module, _, _ in hooked:  # copied without them: a plugin's state is not the model's
+            module._forward_hooks.clear()
+            module._forward_pre_hooks.clear()
+        return copy.deepcopy(model).eval().cpu()
+    finally:
+        for module, forward_hooks, pre_hooks in hooked:
+            module._forward_hooks.update(forward_hooks)
+            module._forward_pre_hooks.update(pre_hooks)
+
+
+def _metadata(model: nn.Module) -> dict[str, Any]:
+    meta = getattr(model, "modelforge_meta", None)
+    if meta is None:  # a model built in Python: its config, MNIST's preprocessing
+        config = getattr(model, "model_config", None) or {"name": type(model).__name__}
+        meta = model_metadata({"model": config}, input_shape=getattr(model, "input_shape", None))
+    if meta.get("normalize_unknown"):
+        raise ExportError(f"the model's input normalization is unknown: {meta['normalize_unknown']}")
+    return meta
+
+
+def _name(model: nn.Module, meta: Mapping[str, Any]) -> str:
+    return str((meta.get("model") or {}).get("name") or type(model).__name__)
+
+
+def _output_path(output: str | Path | None, format: str, model: nn.Module, meta: Mapping[str, Any]) -> Path:
+    ckpt = getattr(model, "checkpoint_path", None)
+    stem = Path(ckpt).stem if ckpt else _name(model, meta)
+    if output is None:
+        return (Path(ckpt).parent if ckpt else Path.cwd()) / f"{stem}{FORMATS[format]}"
+    path = Path(output).expanduser()
+    if path.is_dir():
+        return path / f"{stem}{FORMATS[format]}"
+    if path.suffix.lower() not in SUFFIXES[format]:
+        raise ConfigError("output", f"{output} does not name a {format} file",
+                          allowed=f"a folder, or a file named *{' or *'.join(SUFFIXES[format])}")
+    if not path.parent.is_dir():
+        raise ConfigError("output", f"no folder {path.parent.resolve()} to write {path.name} in")
+    return path
+
+
+def _write(path: Path, save: Callable[[str], None]) -> None:
+    """``save(temp)`` beside ``path``, then a rename: a failed or killed export leaves no half file."""
+    temp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
+    try:
+        save(str(temp))
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
+    return (lines[0].rstrip(":") if lines else type(exc).__name__)[:300]
+
+
+__all__ = ["FORMATS", "check_export", "check_images", "export", "export_task", "load_exported"]

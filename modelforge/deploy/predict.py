@@ -1,0 +1,171 @@
+"""``predict``: classify image files with a trained model (a checkpoint, a run directory, an exported
+``.pt2``/``.onnx``/TorchScript file): the top-k classes with their probabilities, as a table and a CSV.
+
+Inputs are read and checked, and the output path too, before the model is loaded
+(:mod:`modelforge.deploy.images`); the model runs through :mod:`modelforge.deploy.runtime`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from modelforge.config import load_config
+from modelforge.deploy.images import (
+    InputImage,
+    Invert,
+    check_invert,
+    prepare,
+    read_inputs,
+)
+from modelforge.deploy.runtime import Runner, check_model_path, open_model
+from modelforge.errors import ConfigError, DataError
+from modelforge.train.records import write_text
+
+OUTPUTS = Path("outputs") / "predict"  # output=null: outputs/predict/DATE/TIME_XXXXXX/predictions.csv
+CSV_NAME = "predictions.csv"
+TABLE_ROWS = 100  # more images than this: the table shows the first and last, the CSV holds them all
+
+Inputs = str | Path | Sequence[str | Path] | torch.Tensor
+
+
+def predict(model_or_path: nn.Module | Runner | str | Path, inputs: Inputs, top_k: int = 3,
+            invert: Invert = "auto", batch_size: int = 256) -> list[dict[str, Any]]:
+    """The ``top_k`` classes of each image in ``inputs``, most probable first: one row per image,
+    ``{"input", "inverted", "class_1", "prob_1", ..., "class_k", "prob_k"}`` (the CSV's columns).
+
+    Args:
+        model_or_path: a module :func:`modelforge.load_model` gave, a ``.ckpt``, a run directory, or an
+            exported ``.pt2``, ``.onnx`` or TorchScript ``.pt`` file.
+        inputs: image files (PNG, JPEG, ...), folders of them, globs, IDX images files; or a uint8
+            tensor [H, W] / [N, H, W] of gray pixels.
+        invert: ``"auto"`` turns an image whose border is light (dark ink on paper) into white-on-black,
+            as MNIST's digits are; ``False`` takes every image as it is; ``True`` inverts every one.
+        batch_size: images per forward pass (an export with a fixed batch size uses its own).
+    """
+    top_k, invert, batch_size = check_top_k(top_k), check_invert(invert), _positive(batch_size, "batch_size")
+    images = as_input_images(inputs)  # read and checked before the model loads
+    return classify(open_model(model_or_path), images, top_k=top_k, invert=invert, batch_size=batch_size)
+
+
+def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, invert: Invert = "auto",
+             batch_size: int = 256) -> list[dict[str, Any]]:
+    """The rows of :func:`predict` for images already read, with a model already opened."""
+    meta = runner.meta
+    batch, inverted = prepare(images, meta["input_shape"], meta["normalize"], invert)
+    probs = torch.softmax(runner(batch, chunk=batch_size), dim=1)
+    names = [str(n) for n in meta["class_names"]]
+    if probs.shape[1] != len(names):
+        names = [str(k) for k in range(probs.shape[1])]  # metadata of another head: say the indices
+    values, indices = probs.topk(min(top_k, probs.shape[1]), dim=1)
+    rows = []
+    for image, flip, top_p, top_i in zip(images, inverted, values.tolist(), indices.tolist()):
+        row: dict[str, Any] = {"input": image.name, "inverted": flip}
+        for rank, (p, i) in enumerate(zip(top_p, top_i), start=1):
+            row[f"class_{rank}"], row[f"prob_{rank}"] = names[i], p
+        rows.append(row)
+    return rows
+
+
+def as_input_images(inputs: Inputs) -> list[InputImage]:
+    """``inputs`` as :class:`InputImage`: paths are read (:func:`read_inputs`), a uint8 tensor taken as is."""
+    if not isinstance(inputs, torch.Tensor):
+        return read_inputs(inputs)
+    if inputs.dtype != torch.uint8 or inputs.dim() not in (2, 3):
+        raise DataError(f"inputs: a tensor of images must be uint8 [H, W] or [N, H, W], "
+                        f"got {inputs.dtype} {list(inputs.shape)}")
+    stack = inputs.unsqueeze(0) if inputs.dim() == 2 else inputs
+    return [InputImage(f"tensor[{i}]", image) for i, image in enumerate(stack)]
+
+
+def check_top_k(top_k: object) -> int:
+    return _positive(top_k, "top_k")
+
+
+def _positive(value: object, path: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(path, f"got {value!r}", allowed="an integer >= 1")
+    return value
+
+
+def output_path(output: str | Path | None) -> Path:
+    """Where the CSV goes: ``output`` (a folder: ``predictions.csv`` in it), or by default a new
+    ``outputs/predict/DATE/TIME_XXXXXX/predictions.csv``. Refused before any work when it cannot be written."""
+    if output is None or str(output).strip() == "":
+        now = datetime.now()
+        return (OUTPUTS / now.strftime("%Y-%m-%d") / f"{now:%H-%M-%S}_{uuid.uuid4().hex[:6]}" / CSV_NAME).absolute()
+    path = Path(str(output)).expanduser().absolute()
+    if path.is_dir() or str(output).endswith(("/", "\\")):
+        path = path / CSV_NAME
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        raise ConfigError("output", f"cannot write {path}: {existing} is a file, not a folder")
+    if path.is_dir() or not _writable(existing):
+        raise ConfigError("output", f"cannot write {path}: " + ("a folder of that name is there" if path.is_dir()
+                                                              else f"{existing} is not writable"))
+    return path
+
+
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], limit: int = TABLE_ROWS) -> str:
+    """The rows as a text table: input, whether it was inverted, then ``class  prob%`` for each rank."""
+    ranks = sum(1 for key in (rows[0] if rows else {}) if key.startswith("class_"))
+    header = ["input", "inverted", *(f"top-{r}" for r in range(1, ranks + 1))]
+    shown = list(rows) if len(rows) <= limit else [*rows[:limit // 2], None, *rows[-(limit // 2):]]
+    width = max(len(str(row[f"class_{r}"])) for row in rows for r in range(1, ranks + 1)) if rows else 1
+    cells = [header] + [
+        [f"... {len(rows) - 2 * (limit // 2):,} more rows in the CSV", "", *[""] * ranks] if row is None else
+        [str(row["input"]), "yes" if row["inverted"] else "no",
+         *(f"{row[f'class_{r}']:<{width}} {100 * row[f'prob_{r}']:5.1f}%" for r in range(1, ranks + 1))]
+        for row in shown]
+    widths = [max(len(c[i]) for c in cells if not c[0].startswith("... ")) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells)
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The rows as CSV: ``input,inverted,class_1,prob_1,...``; probabilities with 6 decimals."""
+    buffer = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: f"{v:.6f}" if k.startswith("prob_") else v for k, v in row.items()} for row in rows)
+    return buffer.getvalue()
+
+
+def predict_task(cfg: Mapping[str, Any] | DictConfig) -> list[dict[str, Any]]:
+    """``python -m modelforge predict ckpt_path=... inputs=...``: everything checked, then read, then run."""
+    options = load_config(cfg)
+    top_k, invert = check_top_k(options.get("top_k", 3)), check_invert(options.get("invert", "auto"))
+    batch_size = _positive(options.get("batch_size", 256), "batch_size")
+    output = output_path(options.get("output"))
+    check_model_path(options.get("ckpt_path"))
+    images = read_inputs(options.get("inputs"))
+    runner = open_model(options["ckpt_path"])
+    started = time.perf_counter()
+    rows = classify(runner, images, top_k=top_k, invert=invert, batch_size=batch_size)
+    seconds = time.perf_counter() - started
+    print(format_table(rows))
+    write_text(output, csv_text(rows))
+    flipped = sum(row["inverted"] for row in rows)
+    print(f"{len(rows):,} image{'s' if len(rows) != 1 else ''} classified by {runner.source} in {seconds:.2f} s"
+          + (f"; {flipped:,} inverted to white-on-black (invert={_word(invert)})" if flipped else ""))
+    print(f"predictions written to {output}")
+    return rows
+
+
+def _word(invert: Invert) -> str:
+    return invert if isinstance(invert, str) else str(invert).lower()
