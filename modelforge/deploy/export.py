@@ -33,6 +33,7 @@ from modelforge.deploy.metadata import (
     model_metadata,
     read_metadata,
 )
+from modelforge.deploy.runtime import open_model
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
 
 log = logging.getLogger(__name__)
@@ -146,22 +147,6 @@ SAVERS: dict[str, Callable[[Any, str, str], None]] = {"pt2": _save_pt2, "onnx": 
                                                       "torchscript": _save_torchscript}
 
 
-def load_exported(path: Path, format: str) -> Callable[[Tensor], Tensor]:
-    """The exported file as a function of a float batch, run as a deployment would run it."""
-    if format == "pt2":
-        program = torch.export.load(str(path)).module()
-        return lambda batch: program(batch)
-    if format == "torchscript":
-        with _quiet():
-            module = torch.jit.load(str(path), map_location="cpu").eval()
-        return lambda batch: module(batch)
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return lambda batch: torch.from_numpy(session.run(None, {name: batch.numpy()})[0])
-
-
 # --- the check: the exported file against the eager model on real images ---------------------------------
 
 def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-4, n_images: int = 300,
@@ -175,12 +160,11 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
         raise ExportError(f"{path}: the metadata read back differs from the model's", exit_code=1)
     images, labels, source = check_images(meta, data_dir or getattr(model, "data_config", {}).get("data_dir"),
                                           n_images)
-    exported = load_exported(path, format)
+    exported = open_model(path)  # as predict runs it: a fixed batch size is padded to
     with torch.no_grad():
         expected = model(images)
-        batches = [len(images), 1] if batch_size is None else [batch_size]
-        got = {size: _in_batches(exported, images if size != 1 or batch_size else images[:1], size)
-               for size in batches}
+    batches = [len(images), 1] if batch_size is None else [batch_size]
+    got = {size: exported(images if size != 1 or batch_size else images[:1], chunk=size) for size in batches}
     diffs = {size: float((out - expected[:len(out)]).abs().max()) for size, out in got.items()}
     full = got[batches[0]]
     agree = int((full.argmax(1) == expected[:len(full)].argmax(1)).sum())
@@ -230,16 +214,6 @@ def check_images(meta: Mapping[str, Any], data_dir: str | Path | None, n_images:
         batch = batch.sub_(meta["normalize"]["mean"][0]).div_(meta["normalize"]["std"][0])
     title = dataset.title if dataset is not None else name
     return batch, labels, f"{len(batch)} {title} test images"
-
-
-def _in_batches(run: Callable[[Tensor], Tensor], images: Tensor, size: int) -> Tensor:
-    """``run`` over ``images`` in batches of exactly ``size`` (the last one padded, its padding dropped)."""
-    outputs = []
-    for start in range(0, len(images), size):
-        chunk = images[start:start + size]
-        padded = torch.cat([chunk, chunk.new_zeros(size - len(chunk), *chunk.shape[1:])]) if len(chunk) < size else chunk
-        outputs.append(run(padded)[:len(chunk)])
-    return torch.cat(outputs)
 
 
 # --- one message for a model a format cannot take: where, why, and which formats work ---------------------
@@ -440,4 +414,4 @@ def _first_line(exc: BaseException) -> str:
     return (lines[0].rstrip(":") if lines else type(exc).__name__)[:300]
 
 
-__all__ = ["FORMATS", "check_export", "check_images", "export", "export_task", "load_exported"]
+__all__ = ["FORMATS", "check_export", "check_images", "export", "export_task"]

@@ -17,8 +17,9 @@ from torch import nn
 from modelforge import build_model, load_model
 from modelforge.config import conf_dir
 from modelforge.deploy import export as exporting
-from modelforge.deploy.export import check_export, export, load_exported
+from modelforge.deploy.export import check_export, export
 from modelforge.deploy.metadata import read_metadata
+from modelforge.deploy.runtime import open_model
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
 from modelforge.train import train
 from tests.conftest import REAL_MNIST, run_cli
@@ -66,7 +67,7 @@ def test_each_format_is_written_loaded_back_and_checked(format: str, run: Path, 
     assert not list(path.parent.glob("*.modelforge.json"))
     x = torch.randn(7, 1, 28, 28)
     with torch.no_grad():
-        torch.testing.assert_close(load_exported(path, format)(x), model(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(open_model(path)(x), model(x), atol=1e-5, rtol=0)
 
 
 @needs_onnx
@@ -82,8 +83,7 @@ def test_a_fixed_batch_size_and_an_output_folder(run: Path, tmp_path: Path) -> N
 
 def test_a_mismatch_fails_with_exit_code_1_and_records_why(run: Path, monkeypatch) -> None:
     path = export(run / "checkpoints" / "last.ckpt", "pt2", check=False)
-    loaded = exporting.load_exported
-    monkeypatch.setattr(exporting, "load_exported", lambda p, f: (lambda x: loaded(p, f)(x) + 1e-3))
+    monkeypatch.setattr(exporting, "open_model", lambda p: (lambda x, chunk: open_model(p)(x, chunk) + 1e-3))
     with pytest.raises(ExportError, match=r"does not compute what the model computes: max abs difference 1\.00e-03 "
                                           r"\(atol 0\.0001\), top-1 agreement 100\.00% \(64/64\)") as caught:
         check_export(load_model(run / "checkpoints" / "last.ckpt"), path, "pt2")
@@ -172,7 +172,7 @@ def test_hook_plugins_are_never_exported(run: Path, tmp_path: Path) -> None:
         path = export(model, "pt2", tmp_path)  # the check compares with the model less its hooks: passes
         assert not model(x).any()  # the caller's module keeps its hook
         handle.remove()
-        torch.testing.assert_close(load_exported(path, "pt2")(x), model(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(open_model(path)(x), model(x), atol=1e-5, rtol=0)
     assert path.name == "last.pt2"
 
 
@@ -190,8 +190,8 @@ def test_the_cli_exports_refuses_and_fails_with_its_exit_codes(run: Path, run_ma
     refused = run_main("export", f"ckpt_path={ckpt}", "format=onnxx")
     assert refused.returncode == 2
     assert "error: format: unknown export format 'onnxx'\n  did you mean 'onnx'?" in refused.stderr
-    loaded = exporting.load_exported  # a file that computes something else: the check fails the command, exit 1
-    monkeypatch.setattr(exporting, "load_exported", lambda p, f: (lambda x: loaded(p, f)(x) + 1e-3))
+    # a file that computes something else: the check fails the command, exit 1
+    monkeypatch.setattr(exporting, "open_model", lambda p: (lambda x, chunk: open_model(p)(x, chunk) + 1e-3))
     mismatch = run_main("export", f"ckpt_path={ckpt}", "format=torchscript", "n_images=32")
     assert mismatch.returncode == 1 and "does not compute what the model computes" in mismatch.stderr
     missing = run_main("export", f"ckpt_path={run / 'missing.ckpt'}")
