@@ -80,7 +80,7 @@ def test_terminal_bar_fits_80_columns(tiny_mnist: Path) -> None:
     screen = io.StringIO()
     bar = RichBar(console_kwargs={"force_terminal": True, "width": 80, "file": screen}, leave=True)
     module = ClassifierModule(build_model({"name": "mlp", "hidden_sizes": [16]}, seed=0),
-                              config={"optim": {"name": "adam", "lr": 1e-3}, "sched": None})
+                              config={"optim": {"_target_": "torch.optim.Adam", "lr": 1e-3}, "sched": None})
     data = MNISTDataModule(data_dir=tiny_mnist, verify=False, download=False, val_size=32, batch_size=16)
     trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
                          enable_model_summary=False, callbacks=[bar])
@@ -109,7 +109,7 @@ def test_only_a_bar_that_reads_logged_values_gets_the_step_loss_for_its_bar(bar:
     monkeypatch.setattr(result, "convert_tensors_to_scalars", lambda value: converted.append(value) or convert(value))
     callback = RichBar(console_kwargs={"file": io.StringIO()}) if bar == "modelforge's" else TQDMProgressBar()
     module = ClassifierModule(build_model({"name": "mlp", "hidden_sizes": [16]}, seed=0),
-                              config={"optim": {"name": "adam", "lr": 1e-3}, "sched": None})
+                              config={"optim": {"_target_": "torch.optim.Adam", "lr": 1e-3}, "sched": None})
     data = MNISTDataModule(data_dir=tiny_mnist, verify=False, download=False, val_size=32, batch_size=4)
     trainer = pl.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_model_summary=False, limit_val_batches=0, callbacks=[callback])
