@@ -1,7 +1,7 @@
 """The Lightning callback that attaches hook plugins for the length of each trainer run.
 
-Plugins attach in ``setup``, which Lightning 2.x runs before ``configure_model`` (where modelforge compiles
-the model) and the strategy's device move and wrapping, so ``torch.compile`` sees the hooks in every kind of run.
+Plugins attach in the callback's ``setup``, which Lightning 2.x runs before the module's (where modelforge
+compiles the model) and the strategy's device move and wrapping, so ``torch.compile`` sees the hooks in every kind of run.
 ``teardown`` or an exception removes them: a model leaves ``trainer.fit`` without hooks, and no checkpoint holds one."""
 
 from __future__ import annotations

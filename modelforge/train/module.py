@@ -41,6 +41,7 @@ class ClassifierModule(pl.LightningModule):
         self._seen: dict[str, int] = {}  # per stage: samples this epoch
         self._pending: dict[str, list[tuple[Tensor, Tensor]]] = {}  # per stage: (predicted, true) labels
         self._next_shown = 0.0
+        self._compiled = False
         self._log_for_bar = False  # set in on_train_start: whether the run's bar reads prog_bar metrics
         # The latest training loss (a tensor: reading it is a host sync on a GPU), for progress bars.
         self.last_step_loss: Tensor | None = None
@@ -48,11 +49,13 @@ class ClassifierModule(pl.LightningModule):
             # Only Lightning's model summary (trainer.enable_model_summary=true) runs it: true FLOPs.
             self.example_input_array = torch.zeros(1, *model.input_shape)
 
-    def configure_model(self) -> None:
-        # Runs after callbacks' setup, i.e. after hook plugins attach: compile sees them.
+    def setup(self, stage: str) -> None:
+        # Runs after callbacks' setup, i.e. after hook plugins attach: compile sees them. (Not configure_model:
+        # a module that overrides it makes weight averaging, callbacks=[ema], warn about sharding.)
         # nn.Module.compile keeps state_dict keys unchanged, unlike torch.compile(module).
-        if self.hparams.compile:
+        if self.hparams.compile and not self._compiled:
             self.model.compile()
+            self._compiled = True
 
     def on_train_start(self) -> None:
         # Lightning converts every prog_bar value to a float after every batch (a host sync per step on a

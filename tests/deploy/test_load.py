@@ -126,8 +126,6 @@ def test_metadata_of_other_data_settings(tmp_path: Path) -> None:
     assert 0.0 < own["normalize"]["mean"][0] < 1.0 and own["normalize"]["std"][0] > 0.0
 
 
-# Lightning's notice for any module with a configure_model hook (ClassifierModule compiles there when asked).
-@pytest.mark.filterwarnings("ignore:You're using the WeightAveraging callback with a model that overrides")
 def test_an_ema_run_gives_the_ema_weights_and_says_so(ema_run: Path, tiny_data: Path, capsys) -> None:
     last = ema_run / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, map_location="cpu", weights_only=True)
