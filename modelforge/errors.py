@@ -15,10 +15,12 @@ def closest_names(name: str, choices: Iterable[str], n: int = 1) -> list[str]:
     return difflib.get_close_matches(str(name), [str(c) for c in choices], n=n, cutoff=0.6)
 
 
-def closest_globs(pattern: str, names: Iterable[str], n: int = 2) -> list[str]:
-    """Globs over dotted ``names`` (``encoder.*``, ``encoder.0.*``) that look like ``pattern``."""
-    prefixes = {".".join(parts[:i]) for parts in (str(name).split(".") for name in names) for i in range(1, len(parts))}
-    return closest_names(pattern, sorted(f"{prefix}.*" for prefix in prefixes) + list(names), n=n)
+def closest_globs(pattern: str, names: Iterable[str], n: int = 1) -> list[str]:
+    """What a glob over dotted ``names`` may have meant: a module path (``encoder.0``), the glob of its
+    contents (``encoder.0.*``) or a name, whichever look most like ``pattern``."""
+    names = [str(name) for name in names]
+    modules = sorted({".".join(parts[:i]) for parts in (name.split(".") for name in names) for i in range(1, len(parts))})
+    return closest_names(pattern, [*modules, *(f"{m}.*" for m in modules), *names], n=n)
 
 
 class ModelforgeError(Exception):

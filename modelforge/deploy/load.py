@@ -35,6 +35,15 @@ AVERAGING_STATE = "averaging_state"
 
 def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
     """Read a modelforge checkpoint with ``weights_only=True`` (no arbitrary pickles run)."""
+    ckpt, ckpt_path = read_torch_file(path, key), Path(path).expanduser()
+    config = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None
+    if not isinstance(config, dict) or "state_dict" not in ckpt:
+        raise CheckpointError(f"{key}: {ckpt_path} is not a modelforge checkpoint (it has no stored run config)")
+    return ckpt
+
+
+def read_torch_file(path: str | Path, key: str = "ckpt_path") -> Any:
+    """Whatever ``torch.save`` wrote at ``path``, read with ``weights_only=True``; a bad file is one CheckpointError."""
     ckpt_path = Path(path).expanduser()
     if not ckpt_path.is_file():
         raise CheckpointError(f"{key}: no checkpoint file at {ckpt_path}")
@@ -46,9 +55,6 @@ def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
             ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a bad file; all mean "not loadable"
         raise CheckpointError(f"{key}: {ckpt_path} is not a loadable checkpoint ({_reason(exc)})") from None
-    config = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None
-    if not isinstance(config, dict) or "state_dict" not in ckpt:
-        raise CheckpointError(f"{key}: {ckpt_path} is not a modelforge checkpoint (it has no stored run config)")
     return ckpt
 
 
