@@ -33,7 +33,7 @@ EXPECTED = {
 # registries hold only classes that plugins add (test_callbacks_loggers.py builds each option).
 SHIPPED_OPTIONS = {
     "callbacks": {"early_stopping", "lr_monitor", "rich_progress_bar", "model_summary", "swa", "timer",
-                  "rich_model_summary", "device_stats"},
+                  "rich_model_summary", "device_stats", "ema"},
     "logger": {"csv", "tensorboard", "mlflow", "wandb", "comet"},
 }
 

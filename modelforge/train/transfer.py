@@ -1,0 +1,382 @@
+"""Starting a run from other weights (``init.from``) and freezing parts of the model (``freeze``).
+
+``init.from`` names a modelforge checkpoint, a run directory (the checkpoint ``load_model`` picks
+there: its ``last.ckpt``) or a plain state_dict file (``torch.save(model.state_dict())``, or a dict holding one
+under ``state_dict`` or ``model``). After the model's own init, the tensors whose names (renamed by the
+globs of ``init.map``) and shapes match are copied in; the rest are reported, or refused with
+``init.strict=true``. ``freeze`` globs pick parameters (``encoder.*``) or modules (``nodes.layer1``) by
+their dotted names: those get ``requires_grad=False``, and the norm layers wholly inside them stay in eval
+mode, their running statistics frozen, unless ``freeze_bn=false``. ``validate_run_config`` applies both,
+before any work; :class:`FrozenWeights` keeps the frozen tensors as they were while the run trains.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback
+from torch import nn
+
+from modelforge.config import check_type
+from modelforge.deploy.load import (
+    load_checkpoint,
+    model_weights,
+    read_torch_file,
+    resolve_checkpoint,
+)
+from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_names
+
+INIT_KEYS = ("from", "map", "strict")
+# Prefixes a whole state_dict may carry from its wrapper: a LightningModule's attribute, DataParallel /
+# AveragedModel, torch.compile(module). Removed when every key has one and the model has no such child.
+WRAPPER_PREFIXES = ("model.", "module.", "_orig_mod.")
+SHOWN = 3  # names shown per kind in the log and in errors
+MAX_LISTED = 40  # names listed under "allowed" in an error
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """What ``init.from`` loaded into the model, and what it left out (each in the model's names)."""
+
+    source: Path  # the file read
+    chosen: str  # which file of a run directory it is ("the run's best checkpoint"), or "the checkpoint given"
+    averaging: str | None  # "EMA" when the file holds a run's averaged weights
+    total: int  # tensors in the model's state_dict
+    loaded: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()  # in the model, not in the file: left as initialized
+    unexpected: tuple[str, ...] = ()  # in the file, not in the model: ignored
+    reshaped: tuple[str, ...] = ()  # in both with other shapes: "name [file] vs [model]", left as initialized
+
+    def problems(self) -> list[str]:
+        kinds = (("missing from the file", self.missing), ("not in this model", self.unexpected),
+                 ("shapes differ", self.reshaped))
+        return [f"{len(names)} {what} ({_first(names)})" for what, names in kinds if names]
+
+    def lines(self) -> list[str]:
+        which = [self.chosen] if self.chosen != "the checkpoint given" else []
+        notes = ", ".join([*which, *([f"its {self.averaging} weights"] if self.averaging else [])])
+        lines = [f"init.from: loaded {len(self.loaded)} of the model's {self.total} tensors from {self.source}"
+                 + (f" ({notes})" if notes else "")]
+        for what, names in (("missing from the file, left as initialized", self.missing),
+                            ("with other shapes, left as initialized", self.reshaped),
+                            ("in the file but not in this model, ignored", self.unexpected)):
+            if names:
+                lines.append(f"init.from: {len(names)} {what}: {_first(names)}")
+        return lines
+
+    def record(self) -> dict[str, Any]:
+        """For metrics.json: counts, and the first names of each kind left out."""
+        return {"from": str(self.source), "weights": self.averaging or "trained", "loaded": len(self.loaded),
+                **{kind: {"count": len(names), "first": list(names[:SHOWN])}
+                   for kind, names in (("missing", self.missing), ("unexpected", self.unexpected),
+                                       ("reshaped", self.reshaped))}}
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """The parameters ``freeze`` chose and the norm modules kept in eval mode, by their names in the model."""
+
+    globs: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    norms: tuple[str, ...] = ()
+
+    def tensors(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The live tensors training must leave as they are: frozen parameters, frozen norms' statistics."""
+        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        buffers = [f"{norm}.{b}" for norm in self.norms for b, _ in model.get_submodule(norm).named_buffers()]
+        return {name: state[name] for name in (*self.params, *buffers)}
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """What ``init`` and ``freeze`` did to a run's freshly built model."""
+
+    init: InitReport | None = None
+    frozen: Frozen = field(default_factory=Frozen)
+    skipped: str | None = None  # why init.from was not loaded
+
+    def lines(self, model: nn.Module) -> list[str]:
+        lines = self.init.lines() if self.init else [f"init.from: {self.skipped}"] if self.skipped else []
+        if self.frozen.params:
+            params = dict(model.named_parameters())
+            n_frozen = sum(params[name].numel() for name in self.frozen.params)
+            total = sum(p.numel() for p in params.values())
+            lines.append(f"freeze {list(self.frozen.globs)}: {len(self.frozen.params)} parameter tensors, "
+                         f"{n_frozen:,} of {total:,} params ({total - n_frozen:,} trainable)")
+            lines.append("freeze: norm layers kept in eval mode (statistics frozen): "
+                         + (_first(self.frozen.norms) if self.frozen.norms else "none"))
+        return lines
+
+    def record(self, model: nn.Module) -> dict[str, Any]:
+        """For metrics.json: ``init`` (what was loaded) and ``frozen`` (what was frozen), where used."""
+        record: dict[str, Any] = {"init": self.init.record()} if self.init else {}
+        if self.frozen.params:
+            record["frozen"] = {"globs": list(self.frozen.globs), "tensors": len(self.frozen.params),
+                                "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                                "norms_in_eval": list(self.frozen.norms)}
+        return record
+
+    def callbacks(self) -> list[Callback]:
+        return [FrozenWeights(self.frozen)] if self.frozen.params or self.frozen.norms else []
+
+
+def _first(names: tuple[str, ...] | list[str]) -> str:
+    more = f", ... ({len(names) - SHOWN} more)" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
+
+
+def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bool = False) -> Transfer:
+    """Check ``init``, ``freeze`` and ``freeze_bn`` of a run config and apply them to its built ``model``.
+
+    A resumed run (``resuming``) takes its weights from ``ckpt_path``: ``init.from`` is checked, not loaded.
+    """
+    source, mapping, strict = _init_options(run_cfg.get("init") or {})
+    globs = run_cfg.get("freeze") or []
+    globs = [globs] if isinstance(globs, str) else globs
+    check_type(globs, list[str], "freeze")
+    freeze_bn = run_cfg.get("freeze_bn", True)
+    check_type(freeze_bn, bool, "freeze_bn")
+    report, skipped = None, None
+    if source is not None and resuming:
+        found, _ = resolve_checkpoint(source, "init.from")
+        if not found.is_file():
+            raise CheckpointError(f"init.from: no checkpoint file at {found}")
+        skipped = f"{found} not loaded: this run resumes from ckpt_path, whose weights it continues"
+    elif source is not None:
+        report = load_init_weights(model, source, mapping, strict)
+    elif mapping or strict:
+        raise ConfigError("init.map" if mapping else "init.strict", "applies to the weights of init.from, which is unset",
+                          hint="init.from=RUN_DIR_OR_FILE")
+    return Transfer(report, freeze(model, globs, freeze_bn), skipped)
+
+
+# --- init.from ---------------------------------------------------------------------------------
+
+def _init_options(init: Any) -> tuple[str | None, dict[str, str | None], bool]:
+    """``init``'s ``from``, ``map`` and ``strict``, checked."""
+    check_type(init, dict[str, Any], "init")
+    for key in init:
+        if key not in INIT_KEYS:
+            raise ConfigError(f"init.{key}", f"init has no option {key!r}", allowed=INIT_KEYS,
+                              suggestions=closest_names(str(key), INIT_KEYS))
+    source, mapping, strict = init.get("from"), init.get("map") or {}, init.get("strict", False)
+    check_type(source, str | None, "init.from")
+    check_type(mapping, dict[str, Any], "init.map")
+    for glob, target in mapping.items():
+        check_type(target, str | None, f"init.map.{glob}")
+    check_type(strict, bool, "init.strict")
+    return source, dict(mapping), strict
+
+
+def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, str | None] | None = None,
+                      strict: bool = False, key: str = "init.from") -> InitReport:
+    """Copy the tensors of ``path`` that fit into ``model`` (names after ``mapping``, same shapes).
+
+    Raises:
+        CheckpointError: a bad path or file; no tensor fits; with ``strict``, any tensor missing,
+            left over or of another shape.
+        ConfigError: a glob of ``mapping`` that matches no tensor of the file.
+    """
+    source, chosen = resolve_checkpoint(path, key)  # a run directory: the checkpoint load_model takes
+    weights, averaging = read_weights(source, key)
+    wanted = model.state_dict()
+    weights = rename(_strip_wrapper_prefix(weights, wanted), mapping or {}, source)
+    fits = {k: v.shape == wanted[k].shape for k, v in weights.items() if k in wanted}
+    report = InitReport(
+        source, chosen, averaging, len(wanted), loaded=tuple(k for k in wanted if fits.get(k)),
+        missing=tuple(k for k in wanted if k not in weights),
+        unexpected=tuple(k for k in weights if k not in wanted),
+        reshaped=tuple(f"{k} {list(weights[k].shape)} vs {list(wanted[k].shape)}" for k in wanted
+                       if fits.get(k) is False))
+    if strict and report.problems():
+        raise CheckpointError(f"{key}: {source} does not fit this model exactly (init.strict=true): "
+                              + "; ".join(report.problems())
+                              + "\n  hint: init.strict=false loads the tensors that fit and reports the rest; "
+                                "init.map={old.*:new.*} renames the file's tensors")
+    if not report.loaded:
+        raise CheckpointError(f"{key}: no tensor of {source} fits this model: " + "; ".join(report.problems())
+                              + "\n  hint: init.map={old.*:new.*} renames the file's tensors to the model's names "
+                                "(`python -m modelforge summary` lists them)")
+    model.load_state_dict({k: weights[k] for k in report.loaded}, strict=False)
+    return report
+
+
+def read_weights(path: Path, key: str = "init.from") -> tuple[dict[str, torch.Tensor], str | None]:
+    """The named tensors in ``path`` (read with ``weights_only=True``) and which averaging made them.
+
+    A modelforge checkpoint gives its network's weights (the averaged ones of a ``callbacks=[ema]`` run);
+    any other file, its state_dict: the file itself, or its ``state_dict`` or ``model`` entry.
+    """
+    content = read_torch_file(path, key)
+    if isinstance(content, Mapping) and isinstance(content.get("hyper_parameters"), Mapping):
+        return model_weights(load_checkpoint(path, key))  # a modelforge checkpoint, checked as eval checks one
+    if isinstance(content, Mapping):
+        inner = next((content[k] for k in ("state_dict", "model") if isinstance(content.get(k), Mapping)), content)
+        tensors = {str(k): v for k, v in inner.items() if isinstance(v, torch.Tensor)}
+        if tensors:
+            return tensors, None
+    raise CheckpointError(f"{key}: {path} holds no weights: expected a modelforge checkpoint or run directory, "
+                          "a state_dict (torch.save(model.state_dict(), PATH)), or a dict holding one under "
+                          "'state_dict' or 'model'")
+
+
+def _strip_wrapper_prefix(weights: dict[str, torch.Tensor], wanted: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    for prefix in WRAPPER_PREFIXES:
+        if all(k.startswith(prefix) for k in weights) and not any(k.startswith(prefix) for k in wanted):
+            weights = {k[len(prefix):]: v for k, v in weights.items()}
+    return weights
+
+
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    """``glob`` (``*``: any text, dots included; ``?``: one character) with each wildcard a group."""
+    return re.compile("".join("(.*)" if c == "*" else "(.)" if c == "?" else re.escape(c) for c in glob))
+
+
+def _fill(target: str, parts: tuple[str, ...]) -> str:
+    """``target`` with its wildcards replaced, in order, by ``parts``."""
+    pieces = re.split(r"[*?]", target)
+    return "".join(p + w for p, w in zip(pieces, (*parts, ""), strict=True))
+
+
+def rename(weights: dict[str, torch.Tensor], mapping: Mapping[str, str | None], source: Path | str = "the file",
+           path: str = "init.map") -> dict[str, torch.Tensor]:
+    """``weights`` with names renamed by ``mapping`` (``{"head.*": "classifier.*"}``: each wildcard of the
+    target takes what its counterpart matched; ``None``: dropped). The first glob that matches a name wins."""
+    rules = []
+    for glob, target in mapping.items():
+        if target is not None and sum(target.count(c) for c in "*?") != sum(glob.count(c) for c in "*?"):
+            raise ConfigError(f"{path}.{glob}", f"{glob!r} -> {target!r}: the two sides need the same wildcards "
+                              "(* and ?), in the same order", hint="init.map={head.*:classifier.*}")
+        rules.append((glob, _glob_regex(glob), target))
+    renamed: dict[str, torch.Tensor] = {}
+    origin: dict[str, str] = {}
+    used: set[str] = set()
+    for name, tensor in weights.items():
+        new: str | None = name
+        for glob, regex, target in rules:
+            if match := regex.fullmatch(name):
+                used.add(glob)
+                new = None if target is None else _fill(target, match.groups())
+                break
+        if new is None:
+            continue
+        if new in renamed:
+            raise ConfigError(path, f"{origin[new]!r} and {name!r} of {source} would both load into {new!r}")
+        renamed[new], origin[new] = tensor, name
+    for glob, _, _ in rules:
+        if glob not in used:
+            raise ConfigError(f"{path}.{glob}", f"{glob!r} matches no tensor of {source}",
+                              suggestions=closest_globs(glob, weights), allowed=_listing(weights),
+                              hint="the map's keys are the file's names, its values the model's")
+    return renamed
+
+
+# --- freeze ------------------------------------------------------------------------------------
+
+def _prefixes(name: str) -> list[str]:
+    """``a.b.c`` -> ``a``, ``a.b``, ``a.b.c``: the name and the modules it lies in."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _covered(name: str, glob: str) -> bool:
+    return any(fnmatch.fnmatchcase(prefix, glob) for prefix in _prefixes(name))
+
+
+def _listing(names: Mapping[str, Any] | list[str]) -> str:
+    listed = list(names)
+    more = f" ... ({len(listed) - MAX_LISTED} more)" if len(listed) > MAX_LISTED else ""
+    return ", ".join(listed[:MAX_LISTED]) + more
+
+
+def freeze(model: nn.Module, globs: list[str] | tuple[str, ...], freeze_bn: bool = True,
+           path: str = "freeze") -> Frozen:
+    """Set ``requires_grad=False`` on the parameters that ``globs`` match, by name or by a module they lie in.
+
+    Returns them, with the norm layers (running statistics) wholly inside the frozen part (``freeze_bn``).
+
+    Raises:
+        ConfigError: at ``path[i]`` when glob ``i`` matches no parameter (with the closest names), or when
+            the globs freeze every parameter.
+    """
+    params = dict(model.named_parameters())
+    chosen: set[str] = set()
+    for i, glob in enumerate(globs):
+        matched = {name for name in params if _covered(name, glob)}
+        if not matched:
+            modules = [n for n, _ in model.named_modules() if n]
+            raise ConfigError(f"{path}[{i}]", f"{glob!r} matches no parameter of {type(model).__name__}",
+                              suggestions=closest_globs(glob, params),
+                              allowed=f"module names: {_listing(modules)}",
+                              hint="a glob over parameter names (encoder.*) or a module's name (encoder.0); "
+                                   "`python -m modelforge summary` lists the modules")
+        chosen |= matched
+    if params and len(chosen) == len(params):
+        raise ConfigError(path, f"{list(globs)} freezes every parameter of the model: nothing would train",
+                          hint="freeze a part, e.g. freeze=[encoder.*]")
+    for name in chosen:
+        params[name].requires_grad_(False)
+    norms = []
+    if freeze_bn and chosen:
+        for name, module in model.named_modules():
+            if not (isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats):
+                continue
+            own = [f"{name}.{p}" for p, _ in module.named_parameters()]
+            if any(_covered(name, glob) for glob in globs) or own and all(p in chosen for p in own):
+                norms.append(name)
+    return Frozen(tuple(globs), tuple(n for n in params if n in chosen), tuple(norms))
+
+
+class FrozenWeights(Callback):
+    """Keeps a run's frozen tensors exactly as they were loaded, and its frozen norm layers in eval mode.
+
+    The optimizer never steps frozen parameters; a weight-averaging callback still writes its average of
+    them back (an EMA of a constant drifts by rounding: ``0.999 * x + 0.001 * x`` is not ``x`` in float32),
+    at each validation, when training ends and into every checkpoint. Those are put back here; Lightning
+    runs these hooks after the user's callbacks' (this one is added last).
+    """
+
+    def __init__(self, frozen: Frozen, attribute: str = "model") -> None:
+        self.frozen = frozen
+        self.attribute = attribute  # where the LightningModule keeps the network
+        self._kept: dict[str, torch.Tensor] = {}
+
+    def _network(self, pl_module: pl.LightningModule) -> nn.Module:
+        return getattr(pl_module, self.attribute)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # After a resume's checkpoint is restored: these are the weights this run started from.
+        self._kept = {name: t.detach().clone() for name, t in self.frozen.tensors(self._network(pl_module)).items()}
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # Lightning puts the whole model in train mode when fitting starts and after each validation.
+        network = self._network(pl_module)
+        for name in self.frozen.norms:
+            network.get_submodule(name).eval()
+
+    def _restore(self, pl_module: pl.LightningModule) -> None:
+        live = self.frozen.tensors(self._network(pl_module))
+        with torch.no_grad():
+            for name, kept in self._kept.items():
+                live[name].copy_(kept)
+
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore(pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore(pl_module)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        # WeightAveraging keeps the trained weights under current_model_state, its average under state_dict.
+        for key in ("state_dict", "current_model_state"):
+            if isinstance(checkpoint.get(key), dict):
+                checkpoint[key].update({f"{self.attribute}.{name}": kept for name, kept in self._kept.items()})
