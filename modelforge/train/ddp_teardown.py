@@ -5,21 +5,30 @@ launcher watches the ranks it started from a thread that SIGKILLs the whole
 process tree as soon as one of them exits non-zero. A rank that exits with a live
 gloo group can abort during interpreter shutdown ("terminate called without an
 active exception"); the watcher then kills the main process, and in a sweep the
-orphaned rank holds the sweep's output pipes open. So every rank closes the group
-itself, and rank 0 waits for the ranks it started and checks how they ended.
+orphaned rank holds the sweep's output pipes open (torchrun, too, counts such a
+rank as failed). So every rank closes the group itself, and rank 0 waits for the
+ranks it started (none under torchrun or srun) and checks how they ended.
+A stop signal ends every rank at the same batch: :class:`StopTogether`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Callback
 
 from modelforge.errors import ModelforgeError
+from modelforge.train import launch
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,7 @@ def close_process_group(synchronize: bool) -> None:
             dist.barrier()
     finally:
         dist.destroy_process_group()
+        launch.release_store()
 
 
 def reap_child_ranks(trainer: pl.Trainer, timeout_s: float) -> list[str]:
@@ -80,3 +90,41 @@ def reap_child_ranks(trainer: pl.Trainer, timeout_s: float) -> list[str]:
     for line in problems:
         log.error(line)
     return problems
+
+
+class StopTogether(Callback):
+    """Under DDP, a stop signal that reaches any rank ends every rank at the end of the same batch.
+
+    Lightning 2.6 broadcasts from inside its SIGTERM handler, a collective that pairs with whichever one
+    another rank is in at that moment, and each rank stops at the end of the batch its own signal came in:
+    ranks signalled together (torchrun's agent and srun signal every rank) hang in mismatched collectives
+    until they are killed (Lightning-AI/pytorch-lightning#20806; the handler's broadcast came with #20825).
+    Here the handler only takes note; after each batch the ranks OR their notes (one all-reduce of a bool)
+    and, signalled, all raise Lightning's SIGTERMException at that batch's end.
+    """
+
+    def __init__(self) -> None:
+        self._before: Any = None  # the SIGTERM handler under Lightning's (modelforge's stop_signals)
+        self._signalled = False
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._before, self._signalled = signal.getsignal(signal.SIGTERM), False  # before Lightning sets its own
+
+    def _take_over(self, trainer: pl.Trainer, *_: Any) -> None:  # just after Lightning set its handlers
+        if trainer.world_size > 1 and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, functools.partial(self._on_sigterm, trainer))
+
+    on_sanity_check_start = on_train_start = on_test_start = _take_over
+
+    def _on_sigterm(self, trainer: pl.Trainer, signum: int, frame: FrameType | None) -> None:
+        if not self._signalled and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)  # as Lightning's handler: on to the ranks its launcher started
+        self._signalled = True
+        if callable(self._before):
+            self._before(signum, frame)  # records which signal stopped the run
+
+    def _stop_together(self, trainer: pl.Trainer, *_: Any) -> None:
+        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(self._signalled, all=False):
+            trainer._signal_connector.received_sigterm = True  # what Lightning's loops check after each batch
+
+    on_train_batch_end = on_validation_batch_end = on_test_batch_end = _stop_together

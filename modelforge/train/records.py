@@ -23,9 +23,10 @@ from typing import IO, Any
 
 import yaml
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from modelforge.errors import ConfigError, ModelforgeError
+from modelforge.train import launch
 
 
 class DiskFullError(ModelforgeError, OSError):
@@ -136,8 +137,9 @@ def run_records(run_dir: Path) -> list[Path]:
 
 
 def is_ddp_child() -> bool:
-    """True in a DDP rank that Lightning launched: it re-runs the command into its rank 0's run directory."""
-    return int(os.environ.get("LOCAL_RANK", "0") or 0) > 0
+    """True in a DDP rank other than 0 (started by torchrun or srun beside rank 0, or by Lightning from rank 0):
+    it trains into rank 0's run directory and writes no records there."""
+    return launch.global_rank() > 0
 
 
 def check_run_dir(run_dir: Path, command: str) -> None:
@@ -163,13 +165,23 @@ def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = Fal
 
     Call it after every config check and before anything is written there. ``for_task``: a
     Hydra callback claims for the task Hydra runs next here, whose own call takes it over.
+    Of ranks that torchrun or srun started together, rank 0 claims and the others take its verdict.
     """
-    if is_ddp_child():
-        return
+    if is_ddp_child() and not launch.started_together():
+        return  # Lightning started this rank after its rank 0 had claimed
     key = os.path.abspath(run_dir)
     if key in _claimed_for_task:
         _claimed_for_task.discard(key)
         return
+    claimed = launch.rank_zero_decides("run_dir_claim", lambda: _claim(run_dir, command, key))
+    if claimed != key:
+        raise ConfigError("hydra.run.dir", f"rank 0 claimed {claimed}, but rank {launch.global_rank()} was given {key}",
+                          hint="give every rank the same hydra.run.dir (or none: rank 0 picks one for all)")
+    if for_task:
+        _claimed_for_task.add(key)
+
+
+def _claim(run_dir: Path, command: str, key: str) -> str:
     check_run_dir(run_dir, command)
     claim = run_dir / CLAIM_FILE
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
@@ -188,8 +200,7 @@ def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = Fal
             os.write(fd, json.dumps(holder).encode() + b"\n")
     finally:
         os.close(fd)
-    if for_task:
-        _claimed_for_task.add(key)
+    return key
 
 
 def forget_claims_for_tasks() -> None:
@@ -212,10 +223,48 @@ def _unwritable(run_dir: Path, why: str) -> ConfigError:
                        hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run")
 
 
-def refuse(exc: ConfigError) -> None:
-    """Print the error as the CLI does and exit 2 (a SystemExit passes Hydra's error printing)."""
+def refuse(exc: ModelforgeError) -> None:
+    """Print the error as the CLI does and exit with its code, 2 for bad input (a SystemExit passes Hydra's error printing)."""
     print(f"error: {exc}", file=sys.stderr)
-    raise SystemExit(EXIT_CONFIG_ERROR)
+    raise SystemExit(getattr(exc, "exit_code", EXIT_CONFIG_ERROR))
+
+
+def share_run_dir(config: DictConfig) -> None:
+    """Of ranks that torchrun or srun started together, every one takes rank 0's ``hydra.run.dir``.
+
+    Each rank composed its own, and the default holds its clock's time and a random suffix. Ranks
+    other than 0 write no ``.hydra/`` there and log to ``<job>_ddp_process_<rank>.log``, as the ranks
+    that Lightning's own launcher starts do.
+    """
+    if not launch.started_together():
+        return
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().set_config(config)  # as run_job does first: ${hydra:...} resolves
+    run_dir = launch.rank_zero_decides("run_dir", lambda: os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
+    if (rank := launch.global_rank()) > 0:
+        with read_write(config.hydra):
+            config.hydra.run.dir = run_dir
+            config.hydra.output_subdir = None
+            config.hydra.job.name = f"{config.hydra.job.name}_ddp_process_{rank}"
+
+
+class ShareRunDir(Callback):
+    """One run directory for all ranks of a torchrun or srun launch (before any rank checks or claims it);
+    a sweep (``-m``) started that way is refused: every rank would run all of it."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            share_run_dir(config)
+        except ModelforgeError as exc:
+            refuse(exc)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if launch.started_together():
+            refuse(ConfigError("-m", f"a sweep started by {launch.external_launcher()} would run whole in each of "
+                                     f"its {launch.world_size()} processes",
+                               hint="start a sweep once: `python -m modelforge train -m trainer=ddp ...` starts each "
+                                    "job's ranks itself; hydra/launcher=slurm runs each job as srun tasks"))
 
 
 class KeepRunRecords(Callback):
@@ -223,8 +272,9 @@ class KeepRunRecords(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
+            share_run_dir(config)
             claim_run_dir(Path(config.hydra.run.dir), str(config.hydra.job.name), for_task=True)
-        except ConfigError as exc:
+        except ModelforgeError as exc:
             refuse(exc)
 
 
@@ -234,10 +284,13 @@ def current_run_dir(fallback_root: str | Path = "outputs") -> Path:
 
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
-    # The CLI's layout; the random suffix keeps two runs started in one second apart.
-    run_dir = Path(fallback_root) / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
-    run_dir.mkdir(parents=True, exist_ok=False)
-    return run_dir
+
+    def new_run_dir() -> str:  # the CLI's layout; the random suffix keeps two runs started in one second apart
+        run_dir = Path(fallback_root) / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+        return str(run_dir.absolute() if launch.started_together() else run_dir)
+
+    return Path(launch.rank_zero_decides("run_dir", new_run_dir))  # ranks started together: rank 0's
 
 
 def finite_or_none(value: Any) -> Any:
