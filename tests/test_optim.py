@@ -9,7 +9,12 @@ import torch
 from torch import nn
 
 from modelforge.errors import ConfigError
-from modelforge.train.optim import build_optimizer, build_scheduler, configure_optimizers, validate_optim
+from modelforge.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    configure_optimizers,
+    validate_optim,
+)
 
 
 def _params() -> list[nn.Parameter]:

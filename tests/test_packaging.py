@@ -11,7 +11,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_every_subpackage_is_listed_for_the_wheel() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "modelforge").rglob("__init__.py")}
+    found = {".".join(p.parent.relative_to(REPO).parts) for top in ("modelforge", "hydra_plugins")
+             for p in (REPO / top).rglob("__init__.py")}
     conf = {".".join(("modelforge", *d.relative_to(REPO).parts)) for d in [REPO / "conf", *(REPO / "conf").rglob("*")]
             if d.is_dir()}
     assert found | conf == listed

@@ -30,7 +30,11 @@ from modelforge import errors
 from modelforge.cli.run_checks import EXIT_CONFIG_ERROR, forget_validated, refuse
 from modelforge.config import check_yaml_file, conf_dir, load_yaml_file
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
-from modelforge.sweep.callback import exit_if_jobs_failed, report_unfinished_sweeps
+from modelforge.sweep.callback import (
+    exit_if_jobs_failed,
+    register_optuna_sweeper,
+    report_unfinished_sweeps,
+)
 from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's documented switch: raise errors instead of printing them
@@ -69,6 +73,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         if cmd.args.experimental_rerun:  # it unpickles a file: a config must not run code
             raise ConfigError("--experimental-rerun", "not supported: run the command again")
         cmd.prepare()
+        register_optuna_sweeper()  # where Hydra's plugin scan misses it (an editable install)
         hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=job, config_path=str(conf_dir()),
                                config_name=config_name)
         exit_if_jobs_failed()  # a sweep that went on past failed jobs (Optuna) still fails the command

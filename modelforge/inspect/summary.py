@@ -123,11 +123,12 @@ def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[in
     ])
 
 
-def describe_model(model: nn.Module, input_shape: tuple[int, ...], name: str | None = None) -> str:
-    """One line: ``cnn (CNN): 421,834 params, 4.24 M MACs per sample, input [1, 28, 28]``."""
+def describe_model(model: nn.Module, input_shape: tuple[int, ...], name: str | None = None,
+                   macs: int | None = None) -> str:
+    """One line: ``cnn (CNN): 421,834 params, 4.24 M MACs per sample, input [1, 28, 28]`` (``macs``: counted already)."""
     from modelforge.inspect.flops import count_macs
 
-    total, _ = count_macs(model, input_shape)
+    total = count_macs(model, input_shape)[0] if macs is None else macs
     params = sum(p.numel() for p in model.parameters())
     label = f"{name} ({type(model).__name__})" if name else type(model).__name__
     return f"{label}: {params:,} params, {format_macs(total)} MACs per sample, input {list(input_shape)}"

@@ -1,13 +1,15 @@
-"""The Hydra callbacks of a sweep: its summary table, Optuna's log lines, and continuing a stored study.
+"""The Hydra callbacks of a sweep: its summary table, and the checks before a sweep starts.
 
 Hydra's basic sweeper re-raises a failed job and skips ``on_multirun_end``, so the summary is rewritten
-after every job and the CLI prints the table (:func:`report_unfinished_sweeps`). Optuna goes on past failed
-trials, and Hydra only warns about a callback's error, so the CLI fails the command (:func:`exit_if_jobs_failed`).
+after every job and the CLI prints the table (:func:`report_unfinished_sweeps`). An Optuna search goes on past
+failed trials, and Hydra only warns about a callback's error, so the CLI fails the command (:func:`exit_if_jobs_failed`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import importlib
 import json
 import logging
 import sys
@@ -19,11 +21,12 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig
 
 from modelforge.errors import ConfigError
 from modelforge.sweep.summary import (
     METRICS_FILE,
+    SUCCEEDED,
     JobRow,
     format_text,
     one_line,
@@ -35,24 +38,33 @@ from modelforge.train.records import refuse, write_text
 
 log = logging.getLogger(__name__)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+OPTUNA_SWEEPER = "hydra_plugins.modelforge_optuna_sweeper.sweeper.OptunaSweeper"
 NOT_RUN = "not run"
 _SWEEPS: list[SweepSummary] = []  # this process's sweeps, for the CLI once Hydra returns or raises
-SQLITE_PREFIX = "sqlite:///"
 
 
-def _sqlite_file(storage: str) -> Path | None:
-    return Path(storage[len(SQLITE_PREFIX):]) if storage.startswith(SQLITE_PREFIX) else None
+def register_optuna_sweeper() -> None:
+    """Store the Optuna sweeper's config (``hydra/sweeper/modelforge_optuna``) in Hydra's ConfigStore.
+
+    Hydra 1.3 finds plugins by walking the ``hydra_plugins`` namespace package, and a PEP 660 editable install of
+    modelforge (``pip install -e .``) hides our part of it from that walk (Hydra issue #2359; Hydra 1.4 also
+    discovers plugins through entry points, #3252). Importing the module works in every install.
+    """
+    with contextlib.suppress(ImportError):  # modelforge's own files without the plugin: Hydra names what is missing
+        importlib.import_module("hydra_plugins.modelforge_optuna_sweeper.config")
 
 
 def check_sweep_dir(config: DictConfig) -> None:
     """Raise ConfigError when ``hydra.sweep.dir`` holds a sweep that this one is not continuing (an Optuna
-    study stored there: its new jobs get new ``<num>_<launch id>`` directories, so no finished record changes)."""
+    study stored there, in SQLite or a journal file: its new jobs get new ``<trial>_<launch id>`` directories,
+    so no finished record changes)."""
+    from modelforge.sweep.study import storage_file
+
     sweep_dir = Path(config.hydra.sweep.dir)
     earlier = [p for p in (sweep_dir / "multirun.yaml", sweep_dir / "summary.csv") if p.exists()]
     earlier += sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
-    db = _sqlite_file(str(config.hydra.sweeper.get("storage") or ""))
-    if not earlier or db is not None and db.is_file() and db.resolve().parent == sweep_dir.resolve():
+    study = storage_file(str(config.hydra.sweeper.get("storage") or ""))
+    if not earlier or study is not None and study.is_file() and study.resolve().parent == sweep_dir.resolve():
         return  # nothing there, or the study it continues
     raise ConfigError("hydra.sweep.dir", f"{sweep_dir} already holds a sweep ({', '.join(p.name for p in earlier[:4])}"
                       f"{', ...' if len(earlier) > 4 else ''}); it is left untouched",
@@ -60,16 +72,27 @@ def check_sweep_dir(config: DictConfig) -> None:
                            "(hparams_search=optuna) continues the study stored in its directory")
 
 
+def objectives_of(config: DictConfig) -> list[tuple[str, str]]:
+    """An Optuna search's objectives with their directions, its settings checked (ConfigError); [] for other sweepers."""
+    if config.hydra.sweeper.get("_target_") != OPTUNA_SWEEPER:
+        return []
+    from modelforge.sweep.study import search_settings
+
+    settings = search_settings(config.hydra.sweeper, config.get("monitor"), config.hydra.launcher.get("_target_"))
+    return list(zip(settings.objectives, settings.directions))
+
+
 class SweepSummary(Callback):
     """Rewrites ``summary.csv``/``summary.md`` in the sweep dir after every job; prints the table at the end."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        try:  # before the sweeper writes multirun.yaml there
+        try:  # before the sweeper writes multirun.yaml there, or anything is made
             check_sweep_dir(config)
+            self.objectives = objectives_of(config)
         except ConfigError as exc:
             refuse(exc)
         self.dir = Path(config.hydra.sweep.dir)
-        self.dir.mkdir(parents=True, exist_ok=True)  # the Optuna sweeper opens its study there first
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.fixed = [str(o) for o in config.hydra.overrides.task]
         self.planned, self.monitor = planned_jobs(config), config.get("monitor")
         self.earlier = {row.job for row in read_rows(self.dir)}  # a continued study's jobs are history
@@ -87,7 +110,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         rows = self.report()
-        self.failed = [row.job for row in rows if row.status != "finished" and row.job not in self.earlier]
+        self.failed = [row.job for row in rows if row.status not in SUCCEEDED and row.job not in self.earlier]
 
     def refresh(self, stopped: bool = False) -> list[JobRow]:
         """Rewrite the summary; ``stopped``: with a ``not run`` row for each planned job that never ran."""
@@ -99,7 +122,7 @@ class SweepSummary(Callback):
             rows += [JobRow(str(num), {"status": NOT_RUN, "overrides": job, "monitor": self.monitor,
                                        "error": "never ran: the sweep stopped before it"})
                      for num, job in enumerate(self.planned or []) if stopped and str(num) not in ran]
-            write_summary(self.dir, rows, self.fixed)
+            write_summary(self.dir, rows, self.fixed, self.objectives)
         return rows
 
     def report(self, stopped: bool = False) -> list[JobRow]:
@@ -107,10 +130,10 @@ class SweepSummary(Callback):
         rows = self.refresh(stopped)
         if not rows:  # the sweep failed before its first job
             return rows
-        lines = ["", f"sweep summary ({len(rows)} jobs, best first):", format_text(rows, self.fixed), "",
-                 f"written: {self.dir / 'summary.csv'} and summary.md"]
+        lines = ["", f"sweep summary ({len(rows)} jobs, best first):", format_text(rows, self.fixed, self.objectives),
+                 "", f"written: {self.dir / 'summary.csv'} and summary.md"]
         for row, swept in zip(rows, swept_overrides(rows, self.fixed)):
-            if row.status != "finished":
+            if row.status not in SUCCEEDED:
                 lines.append(f"job {row.job} {row.status} ({' '.join(swept)}): {one_line(row.error) or 'no metrics'}")
         if never := [row.job for row in rows if row.status == NOT_RUN]:
             lines.append(f"the sweep stopped early: job(s) {', '.join(never)} never ran")
@@ -174,35 +197,3 @@ def exit_if_jobs_failed() -> None:
               f"(their errors are in the summary above and in summary.csv)", file=sys.stderr)
     if failed:
         raise SystemExit(1)
-
-
-class OptunaLogging(Callback):
-    """Optuna's log lines through Hydra's handlers: Optuna 2.x's own colorlog handler writes colour codes to a pipe."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.hydra.sweeper.get("_target_") == OPTUNA_SWEEPER:
-            import optuna
-
-            optuna.logging.disable_default_handler()
-            optuna.logging.enable_propagation()
-
-
-class ContinueStudy(Callback):
-    """Offsets the Optuna sampler's seed by the trials already stored: Hydra's Optuna sweeper runs ``n_trials``
-    more of a stored study, but a seeded sampler would repeat the study's first random trials."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweeper = config.hydra.sweeper  # Hydra instantiates the sweeper from this config next
-        storage = str(sweeper.get("storage") or "")
-        if not storage or (db := _sqlite_file(storage)) and not db.is_file():
-            return  # opening a missing SQLite file would create it
-        import optuna
-
-        if not (stored := sum(s.n_trials for s in optuna.get_all_study_summaries(storage)
-                              if s.study_name == sweeper.study_name)):
-            return
-        if sweeper.sampler.get("seed") is not None:
-            with read_write(sweeper.sampler):
-                sweeper.sampler.seed = int(sweeper.sampler.seed) + stored
-        log.info("continuing Optuna study %r: %d trials stored, %d more to run (sampler seed %s)",
-                 sweeper.study_name, stored, sweeper.n_trials, sweeper.sampler.get("seed"))

@@ -1,6 +1,8 @@
 """The table of a sweep's jobs, one row per job's ``metrics.json``: ``summary.csv`` and ``summary.md``.
 
-Rows run best first by the monitored metric (ascending for a ``*loss`` monitor), jobs without a value last.
+Rows run best first by the monitored metric (ascending for a ``*loss`` monitor), then the pruned trials of an Optuna
+search (by their last value), then jobs without a value. A search of several objectives gets a column for each
+and a ``pareto`` column marking the jobs no other finished job beats in every objective.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from modelforge.train.records import write_text
 
 METRICS_FILE = "metrics.json"
 METRIC_COLUMNS = ("val/acc", "test/acc", "params", "train_time_s")  # after the monitored metric(s)
+SUCCEEDED = ("finished", "pruned")  # a job stopped by its search's pruner did what it was asked
 
 
 @dataclass
@@ -48,16 +51,39 @@ def read_rows(sweep_dir: str | Path) -> list[JobRow]:
 
 
 def sort_rows(rows: Sequence[JobRow]) -> list[JobRow]:
-    """Best monitored value first; rows without one (failed, running, NaN) last, in job order."""
+    """Best monitored value first, then pruned rows by their last value; rows without one (failed, running, NaN)
+    last, in job order."""
 
     def key(row: JobRow) -> tuple:
         value = row.metrics.get(row.monitor)
-        valued = row.status == "finished" and isinstance(value, (int, float)) and not math.isnan(value)
+        valued = row.status in SUCCEEDED and _number(value) is not None
+        group = (0 if row.status == "finished" else 1) if valued else 2
         best_first = (value if row.monitor.endswith("loss") else -value) if valued else 0.0
         job_order = [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", row.job)]  # 2 before 10
-        return (not valued, best_first, job_order)
+        return (group, best_first, job_order)
 
     return sorted(rows, key=key)
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+    return float(value) if ok else None
+
+
+def pareto_front(rows: Sequence[JobRow], objectives: Sequence[tuple[str, str]]) -> set[str]:
+    """The jobs of finished rows that no other finished row dominates: as good in every objective
+    (``(name, "maximize" | "minimize")``), better in one."""
+    signs = [1.0 if direction == "maximize" else -1.0 for _, direction in objectives]
+    points = {}
+    for row in rows:
+        values = [_number(row.metrics.get(name)) for name, _ in objectives]
+        if row.status == "finished" and None not in values:
+            points[row.job] = [sign * value for sign, value in zip(signs, values)]
+
+    def dominates(a: list[float], b: list[float]) -> bool:
+        return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
+
+    return {job for job, p in points.items() if not any(dominates(q, p) for q in points.values())}
 
 
 def swept_overrides(rows: Sequence[JobRow], fixed: Sequence[str]) -> list[list[str]]:
@@ -83,15 +109,20 @@ def one_line(text: str) -> str:
     return cell
 
 
-def table(rows: Sequence[JobRow], fixed: Sequence[str], full: bool = False) -> list[list[str]]:
+def table(rows: Sequence[JobRow], fixed: Sequence[str], full: bool = False,
+          objectives: Sequence[tuple[str, str]] = ()) -> list[list[str]]:
     """Header and cells, sorted, with the swept overrides of each job.
 
     ``full`` (the CSV): raw values, whole errors, and every override and the run dir of each job;
     otherwise rounded values, one-line errors, and no error column when no job has one.
+    ``objectives``: an Optuna search's, with their directions; several get a ``pareto`` column.
     """
     rows = sort_rows(rows)
     monitors = sorted({row.monitor for row in rows}) or ["val/acc"]
-    header = ["job", "status", *monitors, *(c for c in METRIC_COLUMNS if c not in monitors), "overrides", "error"]
+    monitors += [name for name, _ in objectives if name not in monitors]
+    front = pareto_front(rows, objectives) if len(objectives) > 1 else None
+    header = ["job", "status", *(["pareto"] if front is not None else []), *monitors,
+              *(c for c in METRIC_COLUMNS if c not in monitors), "overrides", "error"]
     if full:
         header += ["all_overrides", "run_dir"]
     elif not any(row.error for row in rows):
@@ -99,6 +130,7 @@ def table(rows: Sequence[JobRow], fixed: Sequence[str], full: bool = False) -> l
     lines = [header]
     for row, swept in zip(rows, swept_overrides(rows, fixed)):
         cells = {"job": row.job, "status": row.status, "all_overrides": " ".join(row.overrides),
+                 "pareto": "yes" if front and row.job in front else "",
                  "overrides": " ".join(swept) if full else short_floats(" ".join(swept)),
                  "error": row.error if full else one_line(row.error)}
         lines.append([cells[c] if c in cells else _cell(row.metrics.get(c), c, full) for c in header])
@@ -113,24 +145,25 @@ def _cell(value: Any, column: str, full: bool) -> str:
     return str(value)
 
 
-def format_text(rows: Sequence[JobRow], fixed: Sequence[str]) -> str:
+def format_text(rows: Sequence[JobRow], fixed: Sequence[str], objectives: Sequence[tuple[str, str]] = ()) -> str:
     """A fixed-width table for the console."""
-    lines = table(rows, fixed)
+    lines = table(rows, fixed, objectives=objectives)
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     lines.insert(1, ["-" * w for w in widths])
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines)
 
 
-def format_markdown(rows: Sequence[JobRow], fixed: Sequence[str]) -> str:
+def format_markdown(rows: Sequence[JobRow], fixed: Sequence[str], objectives: Sequence[tuple[str, str]] = ()) -> str:
     """A GitHub-flavoured markdown table."""
-    lines = table(rows, fixed)
+    lines = table(rows, fixed, objectives=objectives)
     lines.insert(1, ["---"] * len(lines[0]))
     return "".join("| " + " | ".join(v.replace("|", "\\|") for v in line) + " |\n" for line in lines)
 
 
-def write_summary(sweep_dir: str | Path, rows: Sequence[JobRow], fixed: Sequence[str]) -> None:
+def write_summary(sweep_dir: str | Path, rows: Sequence[JobRow], fixed: Sequence[str],
+                  objectives: Sequence[tuple[str, str]] = ()) -> None:
     """Atomically (re)write ``summary.csv`` (full precision, whole errors, every override) and ``summary.md``."""
     csv_text = io.StringIO()
-    csv.writer(csv_text, lineterminator="\n").writerows(table(rows, fixed, full=True))
+    csv.writer(csv_text, lineterminator="\n").writerows(table(rows, fixed, full=True, objectives=objectives))
     write_text(Path(sweep_dir) / "summary.csv", csv_text.getvalue())
-    write_text(Path(sweep_dir) / "summary.md", format_markdown(rows, fixed))
+    write_text(Path(sweep_dir) / "summary.md", format_markdown(rows, fixed, objectives))

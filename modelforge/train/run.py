@@ -20,9 +20,12 @@ from omegaconf import DictConfig
 from modelforge.build import build_model
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
+from modelforge.deploy.load import model_weights
 from modelforge.errors import ConfigError, Terminated
 from modelforge.hooks import build_hook_plugins, check_precision
+from modelforge.inspect.flops import count_macs
 from modelforge.inspect.summary import describe_model
+from modelforge.sweep.pruning import pruning_record
 from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoints import (
     check_epochs_left,
@@ -79,6 +82,7 @@ def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> 
         check_fits(ckpt, module)
         check_epochs_left(ckpt, run.config.get("trainer") or {})
     trainer = build_trainer(run.config, run_dir, run.plugins)
+    trainer.callbacks.extend(run.transfer.callbacks())  # last: their hooks run after a weight-averaging one's
     check_precision(run.plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
     # Last check, as it may download: verifies (or fetches) the data files before any training.
     run.datamodule.prepare_data()
@@ -136,11 +140,14 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
             pl.seed_everything(run.seed, workers=True, verbose=False)
         prep = _prepare(run, run_dir)
     model = prep.module.model  # built models know their input shape; the one line replaces Lightning's table
-    log.info("model %s", describe_model(model, model.input_shape, prep.config["model"].get("name")))
+    macs = count_macs(model, model.input_shape)[0]  # per sample; also an objective a search may name
+    log.info("model %s", describe_model(model, model.input_shape, prep.config["model"].get("name"), macs=macs))
+    for line in run.transfer.lines(model):  # what init.from loaded and left out, what freeze froze
+        log.info(line)
     trainer, module, monitor = prep.trainer, prep.module, run.monitor
     metrics: dict[str, Any] = {"status": "running", **_record(run_dir),
-                               "params": sum(p.numel() for p in model.parameters()),
-                               "monitor": monitor, "data": describe_data(prep.datamodule)}
+                               "params": sum(p.numel() for p in model.parameters()), "macs": macs,
+                               "monitor": monitor, "data": describe_data(prep.datamodule), **run.transfer.record(model)}
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", prep.config)
     start_epoch = int(prep.ckpt.get("epoch", -1)) + 1 if prep.ckpt else 0
@@ -154,11 +161,14 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
             if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:
                 metrics[f"best_{monitor}"] = float(trainer.checkpoint_callback.best_model_score)
                 metrics["best_ckpt"] = trainer.checkpoint_callback.best_model_path
-            # Test the final weights (= last.ckpt), so `eval` of last.ckpt reproduces these numbers.
-            results = trainer.test(module, datamodule=prep.datamodule, verbose=False)
+            # Test the final weights (= last.ckpt), so `eval` of last.ckpt reproduces these numbers; not those of
+            # an Optuna trial that its search's pruner stopped (status pruned).
+            pruned = pruning_record(trainer)
+            results = [] if pruned else trainer.test(module, datamodule=prep.datamodule, verbose=False)
             metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
                            global_step=trainer.global_step, status="finished")
+            metrics.update(pruned)
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, prep.config["model"])
             metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
@@ -168,7 +178,7 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
             raise reason from None
         finally:
             if trainer.is_global_zero:
-                write_metrics(run_dir / "metrics.json", metrics, failing=metrics["status"] != "finished")
+                write_metrics(run_dir / "metrics.json", metrics, failing=metrics["status"] not in ("finished", "pruned"))
     if trainer.is_global_zero:
         print(format_metrics(metrics, run_dir))
     value = metrics.get(monitor)
@@ -210,6 +220,10 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
                               label_smoothing=float(stored.get("label_smoothing") or 0.0))
     check_fits(ckpt, module)
     module.load_state_dict(ckpt["state_dict"])
+    averaging = model_weights(ckpt)[1]  # callbacks=[ema]: the checkpoint's state_dict holds the average
+    if averaging:
+        log.info("evaluating the %s weights of %s (the run averaged its weights; the trained ones are its "
+                 "current_model_state)", averaging, plain["ckpt_path"])
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
     for plugin in plugins:  # a layer pattern that matches nothing fails now, before testing
         plugin.attach(model, run_dir=run_dir).remove()
@@ -220,6 +234,7 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
         write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"]),
+                                                   "weights": averaging or "trained",
                                                    "hooks": plain.get("hooks") or {}})
         print(format_metrics({**metrics, "ckpt_path": str(plain["ckpt_path"])}, run_dir))
     return metrics

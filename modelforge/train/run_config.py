@@ -1,7 +1,8 @@
 """One typed run config, validated once, before any work: what ``train()`` hands to the builders.
 
-The model is built here too (building checks a graph's widths and shapes), once: ``train()``
-trains that module. Nothing is written, so the CLI runs it before Hydra creates the run directory.
+The model is built here too (building checks a graph's widths and shapes), once, and given ``init.from``'s
+weights and ``freeze`` (transfer.py): ``train()`` trains that module. Nothing is written, so the CLI runs it
+before Hydra creates the run directory.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.train.callbacks import build_callbacks, check_loggers
 from modelforge.train.optim import validate_optim
 from modelforge.train.stopping import divergence_bound
-from modelforge.train.transfer import Transfer, apply_transfer
 from modelforge.train.trainer import (
     build_datamodule,
     check_trainer_options,
     hydra_overrides,
 )
+from modelforge.train.transfer import Transfer, apply_transfer
 
 # What ClassifierModule logs at each validation: what picks the best checkpoint, and what
 # train() returns for sweepers.

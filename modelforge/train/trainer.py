@@ -20,7 +20,9 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from modelforge.config import check_type, resolve_target
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
+from modelforge.sweep.pruning import trial_callbacks
 from modelforge.train import checkpoints as ckpts
+from modelforge.train import launch
 from modelforge.train.callbacks import (
     DEFAULT_LOG_EVERY_N_STEPS,
     StepLogInterval,
@@ -28,6 +30,7 @@ from modelforge.train.callbacks import (
     build_loggers,
 )
 from modelforge.train.console import verbose
+from modelforge.train.ddp_teardown import StopTogether
 from modelforge.train.progress import progress_bar
 from modelforge.train.stopping import DivergenceGuard, divergence_bound
 
@@ -48,8 +51,10 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
         ckpts.LastCheckpoint(ckpt_dir),  # last.ckpt after every epoch and at the end of training
         ckpts.CheckpointOnException(ckpt_dir / ckpts.INTERRUPTED_CKPT),  # a crash or Ctrl-C mid-epoch keeps its state
         DivergenceGuard(divergence_bound(config), config),
+        StopTogether(),  # under DDP, a stop signal ends every rank at the same batch
         ckpts.ResumeState(),  # RNG and shuffle position in checkpoints
         *_hooks(plugins, run_dir), *chosen,
+        *trial_callbacks(monitor),  # an Optuna trial's run: report monitor to it, stop when its pruner says
     ]
     has_lr_monitor = any(isinstance(c, pl.callbacks.LearningRateMonitor) for c in chosen)
     if logged and not has_lr_monitor and (config.get("sched") or {}).get("_target_") is not None:
@@ -165,11 +170,12 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cls(**{**options, **quiet})
+            built = cls(**{**options, **quiet})
     except (MisconfigurationException, ValueError) as exc:
         raise lightning_refusal(exc) from None
     finally:
         lightning_log.setLevel(level)
+    launch.check_layout(built.num_devices, built.num_nodes)  # under torchrun or srun: the processes it started
 
 
 def lightning_refusal(exc: Exception) -> ConfigError:

@@ -1,10 +1,15 @@
-"""Tiny generated MNIST and a runner for `python -m modelforge train` sweeps on it."""
+"""Tiny generated MNIST, a runner for `python -m modelforge train` sweeps on it, and a PostgreSQL server of the
+tests' own for studies shared by several processes."""
 
 from __future__ import annotations
 
 import csv
+import glob
+import os
+import shutil
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +56,44 @@ def sweep_here(run_main, tmp_path: Path, tiny_args: list[str]) -> Callable[..., 
         return run_main("train", "-m", *args, *tiny_args, f"hydra.sweep.dir={target}", cwd=tmp_path)
 
     return run
+
+
+def _postgres_program(name: str) -> str | None:
+    """A PostgreSQL server program: on PATH, or where Debian's ``postgresql`` package puts it (off PATH)."""
+    return shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server started for these tests (its own data folder, a Unix socket in a temp dir, no TCP),
+    stopped after them: the SQLAlchemy URL of its ``postgres`` database. Skipped, with the reason, where no
+    server can start."""
+    pytest.importorskip("psycopg", reason="a study in PostgreSQL needs a driver: pip install 'psycopg[binary]'")
+    initdb, pg_ctl = _postgres_program("initdb"), _postgres_program("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("no PostgreSQL server programs (initdb, pg_ctl): apt-get install postgresql")
+    as_owner: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="mf_pg_"))  # short: a socket path must fit in 107 bytes
+    if os.geteuid() == 0:  # the server refuses to run as root: run it as the postgres user
+        if shutil.which("runuser") is None or shutil.which("id") is None or subprocess.run(
+                ["id", "postgres"], capture_output=True).returncode != 0:
+            pytest.skip("running as root, and no postgres user to run the PostgreSQL server as")
+        shutil.chown(root, "postgres")
+        as_owner = ["runuser", "-u", "postgres", "--"]
+    data, log = root / "data", root / "server.log"
+
+    def run(*command: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*as_owner, *command], capture_output=True, text=True, timeout=120)
+
+    made = run(initdb, "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync")
+    started = made.returncode == 0 and run(pg_ctl, "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o",
+                                           f"-k {root} -c listen_addresses='' -c fsync=off", "start").returncode == 0
+    try:
+        if not started:
+            reason = made.stderr.strip() or (log.read_text() if log.exists() else "pg_ctl start failed")
+            pytest.skip(f"the PostgreSQL server did not start: {reason[-500:]}")
+        yield f"postgresql+psycopg://postgres@/postgres?host={root}"
+    finally:
+        if started:
+            run(pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)

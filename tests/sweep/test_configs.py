@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from modelforge.build import model_config_from_run, validate_model_config
 from modelforge.config import conf_dir
+from modelforge.sweep.study import search_settings
 
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
 
@@ -48,13 +49,16 @@ def test_sweep_experiments_sweep_their_key(name: str, key: str) -> None:
 def test_fast_is_one_epoch_and_seed_cnn_is_the_seeds_model() -> None:
     assert compose_train("experiment=fast").trainer.max_epochs == 1
     seed = compose_train("experiment=seed_cnn")
-    assert seed.model.name == "seed_cnn" and seed.sched.name == "none" and seed.optim.name == "adam"
+    assert seed.model.name == "seed_cnn" and seed.sched._target_ is None and seed.optim._target_ == "torch.optim.Adam"
 
 
 def test_optuna_search_space() -> None:
-    sweeper = compose_train("hparams_search=optuna", hydra_cfg=True).hydra.sweeper
-    assert sweeper.direction == "maximize" and sweeper.sampler.seed == 0
-    assert sweeper.sampler._target_ == "optuna.samplers.TPESampler"
+    cfg = compose_train("hparams_search=optuna", hydra_cfg=True)
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_ == "hydra_plugins.modelforge_optuna_sweeper.sweeper.OptunaSweeper"
+    settings = search_settings(sweeper, cfg.monitor, cfg.hydra.launcher._target_)
+    assert (settings.objectives, settings.directions) == (("val/acc",), ("maximize",))
+    assert settings.sampler == "tpe" and settings.seed == 0 and settings.pruner == "none"
     assert sweeper.study_name and OmegaConf.to_container(sweeper)["storage"] == "sqlite:///${hydra.sweep.dir}/optuna.db"
     assert set(sweeper.params) == {"optim.lr", "enc_sizes", "activation", "model.dropout"}
     parsed = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(

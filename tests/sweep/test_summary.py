@@ -25,10 +25,12 @@ from modelforge.sweep.summary import (
     format_markdown,
     format_text,
     one_line,
+    pareto_front,
     read_rows,
     short_floats,
     sort_rows,
     swept_overrides,
+    table,
     write_summary,
 )
 
@@ -218,3 +220,34 @@ def test_only_this_runs_failed_jobs_fail_a_continued_study(tmp_path: Path, capsy
     err = capsys.readouterr().err
     assert f"error: 1 job(s) of the sweep in {tmp_path} failed: 1_bbbbbb " in err and "0_aaaaaa" not in err
     exit_if_jobs_failed()  # reported once
+
+
+def test_pruned_rows_follow_the_finished_ones_by_their_last_value() -> None:
+    rows = [JobRow("0", {"status": "pruned", "val/acc": 0.99}), JobRow("1", {"status": "finished", "val/acc": 0.5}),
+            JobRow("2", {"status": "failed"}), JobRow("3", {"status": "pruned", "val/acc": 0.2}),
+            JobRow("4", {"status": "finished", "val/acc": 0.7})]
+    assert [row.job for row in sort_rows(rows)] == ["4", "1", "0", "3", "2"]
+
+
+def test_a_pruned_job_does_not_fail_the_search(tmp_path: Path) -> None:
+    cfg = multirun_config(tmp_path, ["hparams_search=optuna"])
+    callback = SweepSummary()
+    callback.on_multirun_start(cfg)
+    write_job(tmp_path, "0_aaaaaa", status="finished", **{"val/acc": 0.9})
+    write_job(tmp_path, "1_aaaaaa", status="pruned", **{"val/acc": 0.3}, stopped_by="pruner")
+    callback.on_multirun_end(cfg)
+    assert callback.failed == []
+    exit_if_jobs_failed()  # no SystemExit
+
+
+def test_the_pareto_front_of_several_objectives() -> None:
+    values = {"0": (0.90, 1000), "1": (0.95, 5000), "2": (0.89, 2000), "3": (0.95, 4000), "4": (0.99, None)}
+    rows = [JobRow(job, {"status": "finished", "val/acc": acc, **({"params": p} if p else {})})
+            for job, (acc, p) in values.items()]
+    rows.append(JobRow("5", {"status": "pruned", "val/acc": 0.99, "params": 10}))  # only finished runs compete
+    objectives = [("val/acc", "maximize"), ("params", "minimize")]
+    assert pareto_front(rows, objectives) == {"0", "3"}
+    header, *lines = table(rows, [], objectives=objectives)
+    assert header[:5] == ["job", "status", "pareto", "val/acc", "params"]
+    assert {line[0] for line in lines if line[2] == "yes"} == {"0", "3"}
+    assert "pareto" not in table(rows, [], objectives=objectives[:1])[0]  # one objective: its best row is first

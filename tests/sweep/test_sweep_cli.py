@@ -43,7 +43,6 @@ def test_bad_value_fails_its_job_only(sweep_here, tmp_path: Path) -> None:
     assert "job 1 failed (enc_sizes=[8,-1]): ConfigError: model.enc_sizes[1]" in result.stdout
 
 
-@pytest.mark.filterwarnings("ignore:Deprecated API features detected")  # optuna 2.x on SQLAlchemy 1.4
 def test_optuna_search_and_its_continuation(sweep_here, tmp_path: Path) -> None:
     import optuna
 
@@ -69,7 +68,6 @@ def test_optuna_search_and_its_continuation(sweep_here, tmp_path: Path) -> None:
     assert len(set(params)) == 5  # the continued search did not repeat the first trials
 
 
-@pytest.mark.filterwarnings("ignore:Deprecated API features detected")
 def test_a_failed_optuna_trial_does_not_stop_the_search(sweep_here, tmp_path: Path) -> None:
     result = sweep_here("hparams_search=optuna", "hydra.sweeper.n_trials=4", "trainer.fast_dev_run=true",
                    "enc_sizes=choice([8],[8,-1])")
@@ -84,7 +82,6 @@ def test_a_failed_optuna_trial_does_not_stop_the_search(sweep_here, tmp_path: Pa
 
 
 @pytest.mark.e2e
-@pytest.mark.filterwarnings("ignore:Deprecated API features detected")
 def test_a_failed_trial_in_a_parallel_optuna_search_fails_the_command(sweep, tmp_path: Path) -> None:
     # Joblib ends each job in a worker process: the failure is known to the parent from the job's metrics.json.
     result = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib",
