@@ -15,12 +15,18 @@ from modelforge.config import user_cache_dir
 from modelforge.data.idx import FILE_NAMES, IdxDataset, read_checked
 from modelforge.errors import DataError
 
+# Where a distribution's package installs a data set (Debian: apt-get install dataset-fashion-mnist).
+SYSTEM_DIRS = {"fashion_mnist": Path("/usr/share/datasets/fashion-mnist")}
+
 
 def resolve_data_dir(data_dir: str | Path | None = None, name: str = "mnist") -> Path:
     """The absolute folder of the data set ``name``: ``data_dir``, else (MNIST only) ``$MODELFORGE_DATA``,
-    else ``$XDG_CACHE_HOME/modelforge/<name>`` (default ``~/.cache/...``): never the run's directory."""
+    else its system package's folder when installed (SYSTEM_DIRS), else ``$XDG_CACHE_HOME/modelforge/<name>``
+    (default ``~/.cache/...``): never the run's directory."""
     if not data_dir and name == "mnist":
         data_dir = os.environ.get("MODELFORGE_DATA")
+    if not data_dir and name in SYSTEM_DIRS and SYSTEM_DIRS[name].is_dir():
+        return SYSTEM_DIRS[name]
     if not data_dir:
         cache = user_cache_dir()
         if cache is None:

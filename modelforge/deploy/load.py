@@ -132,8 +132,9 @@ def load_model(path: str | Path, *, ema: bool = True) -> nn.Module:
     ``path``: a ``.ckpt`` written by ``train``, or a run directory (its ``checkpoints/last.ckpt``, whose
     test metrics the run recorded, else its best checkpoint; the one used is said). Hook plugins are never
     attached. A run that averaged its weights (``callbacks=[ema]``) gives the averaged weights, as its
-    checkpoints hold them; ``ema=False`` the trained ones. The module also carries ``model_config`` (dict), ``modelforge_meta`` (see
-    :func:`modelforge.deploy.metadata.model_metadata`), ``checkpoint_path`` and ``data_config`` (the run's).
+    checkpoints hold them; ``ema=False`` the trained ones. The module also carries ``model_config`` (dict),
+    ``modelforge_meta`` (see :func:`modelforge.deploy.metadata.model_metadata`), ``checkpoint_path`` and
+    ``data_config`` (the run's).
     """
     ckpt_path, which = resolve_checkpoint(path)
     ckpt = load_checkpoint(ckpt_path)

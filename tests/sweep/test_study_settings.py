@@ -3,6 +3,7 @@ signatures, objectives against directions, storage against the forms Optuna open
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,9 @@ def test_pruning_needs_the_trial_in_this_process() -> None:
 
 
 @pytest.mark.parametrize(("name", "cls"), [("tpe", optuna.samplers.TPESampler), ("random", optuna.samplers.RandomSampler),
-                                           ("cmaes", optuna.samplers.CmaEsSampler),
+                                           pytest.param("cmaes", optuna.samplers.CmaEsSampler, marks=pytest.mark.skipif(
+                                               importlib.util.find_spec("cmaes") is None,
+                                               reason="Optuna's CMA-ES sampler needs the cmaes package")),
                                            ("nsgaii", optuna.samplers.NSGAIISampler)])
 def test_samplers_by_name_are_seeded(name: str, cls: type) -> None:
     chosen = settings(sampler=name, seed=3)
