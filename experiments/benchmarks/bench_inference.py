@@ -5,8 +5,10 @@
     python experiments/benchmarks/bench_inference.py            # cnn and resnet18, batch 1 and 256
     python experiments/benchmarks/bench_inference.py --quick    # fewer repeats
 
-For each model and batch size the four sides run interleaved (A B C D, repeated), each call timed on its
-own; the table gives the median per-image latency at batch 1 and images per second at batch 256, with the
+For each model and batch size the four sides alternate in blocks (A B C D, repeated): each block makes WARM
+untimed calls, then BLOCK calls timed one by one. Not call by call: onnxruntime's worker threads spin for a
+while after each run (its default), and a torch call right after one ran 10x slower (7 ms -> 95 ms for the
+cnn at batch 1) than in a block of its own; the table gives the median per-image latency at batch 1 and images per second at batch 256, with the
 spread (interquartile range). Weights are the builder's own init (timing does not depend on them).
 ``export``'s own check needs a run's test images, so it is off here; instead every side's output on the
 timed batch is compared with eager's (atol 1e-4) before timing.
@@ -32,6 +34,7 @@ from modelforge.deploy.export import export
 from modelforge.deploy.runtime import open_model
 
 HERE = Path(__file__).resolve().parent
+WARM, BLOCK = 3, 10
 MODELS = {  # the default cnn and the zoo's resnet18, both for MNIST's 1x28x28 and 10 classes
     "cnn": lambda: modelforge.create_model("cnn", ["in_channels=1", "input_size=[28,28]", "n_classes=10"]),
     "resnet18": lambda: modelforge.create_model("resnet18", ["in_channels=1", "input_size=[28,28]", "n_classes=10"]),
@@ -55,11 +58,14 @@ def time_sides(runs: dict[str, Callable], batch: torch.Tensor, repeats: int) -> 
             for _ in range(3):
                 out = run(batch)
             assert torch.allclose(out, reference, atol=1e-4), f"{name} differs from eager"
-        for _ in range(repeats):
+        for _ in range(max(repeats // BLOCK, 1)):  # sides alternate by blocks: see the module docstring
             for name, run in runs.items():
-                start = time.perf_counter()
-                run(batch)
-                times[name].append(time.perf_counter() - start)
+                for _ in range(WARM):
+                    run(batch)
+                for _ in range(BLOCK):
+                    start = time.perf_counter()
+                    run(batch)
+                    times[name].append(time.perf_counter() - start)
     return times
 
 
