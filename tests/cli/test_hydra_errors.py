@@ -83,7 +83,6 @@ def test_a_sweeper_key_is_named_where_it_is_missing(run_main, tmp_path: Path, ov
     assert list(tmp_path.iterdir()) == []  # refused before the sweep directory
 
 
-@pytest.mark.filterwarnings("ignore:Deprecated API features detected")  # optuna 2.x on SQLAlchemy 1.4
 def test_the_hinted_search_space_entry_is_what_optuna_searches(run_main, tmp_path: Path) -> None:
     from tests.data_helpers import write_mnist_idx
     from tests.train.conftest import tiny_cli_args
