@@ -32,6 +32,8 @@ class OptunaSweeperConf:
     sampler_options: Dict[str, Any] = field(default_factory=dict)
     pruner_options: Dict[str, Any] = field(default_factory=dict)
     params: Optional[Dict[str, str]] = None  # the search space, in Hydra's override grammar
+    # Conditional keys: {KEY: {OTHER: VALUE or [VALUES]}} draws KEY only where OTHER took one of those values
+    conditions: Optional[Dict[str, Any]] = None
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="modelforge_optuna", node=OptunaSweeperConf,

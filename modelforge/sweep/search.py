@@ -24,6 +24,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import Trial, TrialState
 
+from modelforge.config import to_plain
 from modelforge.errors import ConfigError
 from modelforge.sweep import search_space
 from modelforge.sweep.plots import plot_study
@@ -65,6 +66,7 @@ class OptunaSearch:
         self.max_failure_rate = float(options["max_failure_rate"])
         check_counts(self.n_trials, self.n_jobs, self.max_failure_rate)
         self.params = dict(options.get("params") or {})
+        self.raw_conditions = to_plain(options.get("conditions"))
         self.config, self.launcher, self.validate_batch = config, launcher, validate_batch
         self.sweep_dir = Path(config.hydra.sweep.dir)
         # Where the trial reaches the run (in this process) it reports there: Optuna takes intermediate values
@@ -75,6 +77,10 @@ class OptunaSearch:
 
     def run(self, arguments: Sequence[str]) -> list[Sequence[JobReturn]]:
         space, fixed = search_space.parse_space([*(f"{k}={v}" for k, v in self.params.items()), *arguments])
+        conditions = search_space.parse_conditions(self.raw_conditions, space, fixed)
+        if conditions and self.settings.sampler == "grid":
+            raise ConfigError(search_space.CONDITIONS_PATH, "the grid sampler draws every key in every trial",
+                              hint="pick another hydra.sweeper.sampler (tpe, random), or search without conditions")
         self.grid = search_space.grid(space) if self.settings.sampler == "grid" else None
         study = self._open_study()
         _check_stored_space(study, space)
@@ -83,7 +89,7 @@ class OptunaSearch:
         returns: list[Sequence[JobReturn]] = []
         remaining = self._trials_to_run(study)
         while remaining > 0 and not self.grid_done:
-            trials = [self._ask(study, space) for _ in range(min(self.n_jobs, remaining))]
+            trials = [self._ask(study, space, conditions, fixed) for _ in range(min(self.n_jobs, remaining))]
             with _failed_if_unfinished(study, trials):
                 batch = [search_space.job_overrides(trial.params, fixed) for trial in trials]
                 self.validate_batch(batch)
@@ -127,12 +133,17 @@ class OptunaSearch:
             log.info("grid sampler: %d of the grid's %d points left to run; %d trial(s)", points - visited, points, left)
         return left
 
-    def _ask(self, study: optuna.Study, space: dict[str, Any]) -> Trial:
+    def _ask(self, study: optuna.Study, space: dict[str, Any], conditions: search_space.Conditions,
+             fixed: Sequence[str]) -> Trial:
         # Not the grid sampler: its seed shuffles the grid, which must stay one order.
         if self.settings.seed is not None and self.grid is None:
             stored = len(study.get_trials(deepcopy=False))
             study.sampler = self.settings.make_sampler(self.settings.seed + stored, self.grid)
-        return study.ask(space)
+        if not conditions:
+            return study.ask(space)
+        trial = study.ask()
+        search_space.sample(trial, space, conditions, fixed)
+        return trial
 
     def _launch(self, trials: Sequence[Trial], batch: Sequence[Sequence[str]]) -> list[JobReturn]:
         """Launch the jobs, each numbered as its trial (a run of consecutive numbers per launch); jobs that run in
