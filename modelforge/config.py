@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
 import yaml
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from modelforge.errors import ConfigError, closest_names
 
@@ -52,7 +54,7 @@ def _type_name(tp: Any) -> str:
         return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
     if origin in (list, Sequence):
         return f"list of {_type_name(args[0])}" if args else "list"
-    if origin in (dict, Mapping):
+    if origin in (dict, Mapping) or dataclasses.is_dataclass(tp):
         return "mapping"
     return "any value" if tp is Any else getattr(tp, "__name__", str(tp))
 
@@ -87,6 +89,21 @@ def check_type(value: Any, tp: Any, path: str) -> None:
         choices = [str(a) for arm in arms if typing.get_origin(arm) is Literal for a in typing.get_args(arm)]
         raise ConfigError(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}",
                           allowed=_type_name(tp), suggestions=closest_names(str(value), choices) if choices else ())
+
+
+def omegaconf_error(exc: OmegaConfBaseException) -> ConfigError:
+    """OmegaConf's refusal of a key or a value as one ConfigError: the key path, what was wrong, what is allowed."""
+    path, node, parent = str(exc.full_key), exc.child_node, exc.parent_node
+    if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and parent is not None:
+        where, _, key = path.rpartition(".")
+        keys = sorted(str(k) for k in parent)
+        return ConfigError(path, f"no key {key!r} at " + (f"'{where}'" if where else "the top level of the config"),
+                           allowed=keys, suggestions=closest_names(key, keys))
+    if isinstance(exc, ValidationError) and (node is not None or isinstance(parent, ListConfig)):
+        tp = node._metadata.ref_type if node is not None else parent._metadata.element_type
+        expected = _type_name(tp | None if node is not None and node._metadata.optional and tp is not Any else tp)
+        return ConfigError(path, f"expected {expected}, got {type(exc.value).__name__} {exc.value!r}", allowed=expected)
+    return ConfigError(path, str(exc.msg).split("\n")[0])
 
 
 @functools.cache
@@ -196,6 +213,62 @@ def apply_model_shortcuts(root: Mapping[str, Any], model_keys: set[str]) -> dict
                               hint=f"remove {key}=... or pick a model that has it (e.g. model=cnn)")
         model[key] = root[key]
     return model
+
+
+@dataclasses.dataclass
+class DivergenceConfig:
+    # A non-finite train loss always stops the run (status "diverged", exit 3); so does one above max_loss.
+    # Cross-entropy starts near ln(10) = 2.3: a loss of 1e4 means the weights blew up. null: only NaN/inf
+    # stop. To find the operation that made a NaN: trainer.detect_anomaly=true.
+    max_loss: float | None = 1.0e4
+
+
+# Transfer learning (train/transfer.py reads it). `from` is a keyword: no generated __init__, __repr__ or __eq__,
+# which would spell it as a name; OmegaConf reads only the fields. `map` is Any (transfer.py checks it):
+# OmegaConf 2.3 cannot merge init.map={...} into a null typed dict (omry/omegaconf#1360).
+InitConfig = dataclasses.dataclass(init=False, repr=False, eq=False)(type("InitConfig", (), {
+    "__annotations__": {"from": "str | None", "map": "Any", "strict": "bool"},
+    "from": None,  # a checkpoint, run dir or state_dict file: tensors whose names and shapes match load
+    "map": None,  # the file's names -> the model's, by glob: init.map={head.*:classifier.*}; null drops
+    "strict": False,  # true: refuse a file with any tensor missing, left over or of another shape
+}))
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """The train command's own keys and their defaults: ``conf/train.yaml`` takes it from Hydra's ConfigStore
+    (``train_schema``), so OmegaConf types them as it composes; ``typed_train_config`` does so for a dict."""
+
+    # Model shortcuts: set at the top level, forwarded into `model` (error if the model lacks the key).
+    enc_sizes: list[int] | None = None
+    dec_sizes: list[int] | None = None
+    activation: Any = None
+    seed: int | None = 0  # seeds python, numpy, torch and the data split
+    monitor: str = "val/acc"  # best-checkpoint metric; train() returns it for sweepers
+    ckpt_path: str | None = None  # resume from this checkpoint (a new run directory is made)
+    label_smoothing: float = 0.0
+    channels_last: bool = False  # NHWC convolutions (GPU speed-up)
+    compile: bool = False  # torch.compile the model (after hook plugins attach)
+    divergence: DivergenceConfig | None = dataclasses.field(default_factory=DivergenceConfig)
+    init: InitConfig | None = dataclasses.field(default_factory=InitConfig)  # not `model.init`, the init rule
+    # Globs over parameter or module names: freeze=[encoder.*] (no grads, not optimized). Any: one glob may
+    # stand alone, a union OmegaConf 2.3 cannot type (transfer.py checks it).
+    freeze: Any = dataclasses.field(default_factory=list)
+    freeze_bn: bool = True  # norm layers wholly inside `freeze` stay in eval mode: running statistics frozen too
+
+
+ConfigStore.instance().store(name="train_schema", node=TrainConfig, provider="modelforge")  # on import, as models'
+
+
+def typed_train_config(plain: Mapping[str, Any]) -> dict[str, Any]:
+    """``plain`` with TrainConfig's keys merged in by OmegaConf, as at composition: defaults filled, types checked
+    and converted. Other keys (groups, ``+key=...`` additions) pass as they are."""
+    keys = {f.name for f in dataclasses.fields(TrainConfig)}
+    try:
+        typed = OmegaConf.merge(TrainConfig, {k: v for k, v in plain.items() if k in keys})
+    except OmegaConfBaseException as exc:
+        raise omegaconf_error(exc) from None
+    return {**plain, **OmegaConf.to_container(typed)}
 
 
 def signature_defaults(factory: Callable, skip: Collection[str] = ()) -> dict[str, Any]:

@@ -23,9 +23,9 @@ from modelforge.build import (
 )
 from modelforge.config import (
     MODEL_SHORTCUTS,
-    check_type,
     load_config,
     require_probability,
+    typed_train_config,
 )
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
@@ -63,24 +63,16 @@ class RunConfig:
     transfer: Transfer = field(default_factory=Transfer)  # init.from loaded, freeze applied to ``network``
 
 
-def _typed(plain: Mapping[str, Any], key: str, tp: Any, default: Any) -> Any:
-    value = plain.get(key, default)
-    check_type(value, tp, key)
-    return value
-
-
 def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunConfig:
-    """Check a whole run config; a RunConfig is returned as is (it was checked when made)."""
+    """Check a whole run config; a RunConfig is returned as is (it was checked when made). The top-level keys
+    take TrainConfig's defaults and types (as at composition); here and in the builders, what types cannot say."""
     if isinstance(cfg, RunConfig):
         return cfg
-    plain = load_config(cfg)
-    seed = _typed(plain, "seed", int | None, None)
-    label_smoothing = float(_typed(plain, "label_smoothing", float, 0.0))
+    plain = typed_train_config(load_config(cfg))
+    seed, monitor, ckpt_path, label_smoothing = (plain[k] for k in ("seed", "monitor", "ckpt_path", "label_smoothing"))
     require_probability(label_smoothing, "label_smoothing")
-    monitor = _typed(plain, "monitor", str, "val/acc")
     if monitor not in MONITORED_METRICS:
         raise UnknownNameError("metric", monitor, MONITORED_METRICS, path="monitor")
-    ckpt_path = _typed(plain, "ckpt_path", str | None, None)
     if ckpt_path is not None and not Path(ckpt_path).expanduser().is_file():
         raise CheckpointError(f"ckpt_path: no checkpoint file at {Path(ckpt_path).expanduser()}")
     datamodule = build_datamodule(plain.get("data") or {})
@@ -101,6 +93,5 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     divergence_bound(plain)
     return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
-                     channels_last=bool(_typed(plain, "channels_last", bool, False)),
-                     compile=bool(_typed(plain, "compile", bool, False)), ckpt_path=ckpt_path,
+                     channels_last=plain["channels_last"], compile=plain["compile"], ckpt_path=ckpt_path,
                      transfer=transfer)

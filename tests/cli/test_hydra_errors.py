@@ -73,7 +73,7 @@ def test_cli_prints_it_without_hydra_traceback(cli) -> None:
     ("hydra.sweeper.params.optim.lr=0.1",
      "error: hydra.sweeper.params.optim: no key 'optim' at 'hydra.sweeper.params'\n  did you mean 'optim.lr'?\n"),
     ("hydra.sweeper.n_trial=5", "error: hydra.sweeper.n_trial: no key 'n_trial' at 'hydra.sweeper'\n"
-                                "  did you mean 'n_trials'?\n  allowed: _target_, direction, directions"),
+                                "  did you mean 'n_trials'?\n  allowed: _target_, conditions, direction, directions"),
 ])
 def test_a_sweeper_key_is_named_where_it_is_missing(run_main, tmp_path: Path, override: str, message: str) -> None:
     result = run_main("train", "-m", "hparams_search=optuna", override, "hydra.sweeper.n_trials=1", cwd=tmp_path)
