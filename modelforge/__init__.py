@@ -6,6 +6,7 @@ imports Lightning: building a model needs torch, omegaconf and nothing else.
 """
 
 from modelforge import hooks, layers, models  # noqa: F401 - these imports register the built-ins
+from modelforge.data import options  # noqa: F401 - gives Hydra the data defaults (data_defaults/<name>)
 from modelforge.build import (
     build_model,
     create_model,

@@ -1,37 +1,28 @@
-"""The data layer: IDX files (``idx``), fetching them (``download``), the LightningDataModules (``datamodule``).
+"""The data layer: IDX files (``idx``), fetching them (``download``), the options of the data modules
+(``options``), the LightningDataModules (``datamodule``).
 
-Reading IDX files needs no Lightning: the data modules load on first use, and importing
-``modelforge.data.datamodule`` registers the built-in ``data=`` names (``build_datamodule`` does it).
+Every name loads on first use: ``import modelforge`` loads only ``options`` (to give Hydra the data defaults),
+reading IDX files needs no Lightning, and importing ``modelforge.data.datamodule`` registers the built-in
+``data=`` names (``build_datamodule`` does it).
 """
 
+import importlib
 from typing import Any
 
-from modelforge.data.build import build_datamodule, describe_data
-from modelforge.data.download import ensure_files, find_file, resolve_data_dir
-from modelforge.data.idx import (
-    FASHION_MNIST,
-    FILE_NAMES,
-    IMAGES_MAGIC,
-    KNOWN_DATASETS,
-    LABELS_MAGIC,
-    MNIST,
-    IdxDataset,
-    load_idx_set,
-    parse_idx,
-    read_idx_bytes,
-)
-
-__all__ = [
-    "FASHION_MNIST", "FILE_NAMES", "IMAGES_MAGIC", "KNOWN_DATASETS", "LABELS_MAGIC", "MNIST",
-    "FashionMNISTDataModule", "IdxDataModule", "IdxDataset", "MNISTDataModule", "MnistBatches",
-    "ResumableShuffle", "build_datamodule", "describe_data", "ensure_files", "find_file",
-    "load_idx_set", "parse_idx", "random_shift", "read_idx_bytes", "resolve_data_dir",
-]
+_HOMES = {
+    "build": ("build_datamodule", "describe_data"),
+    "download": ("ensure_files", "find_file", "resolve_data_dir"),
+    "idx": ("FASHION_MNIST", "FILE_NAMES", "IMAGES_MAGIC", "KNOWN_DATASETS", "LABELS_MAGIC", "MNIST", "IdxDataset",
+            "load_idx_set", "parse_idx", "read_idx_bytes"),
+    "options": ("IdxOptions",),
+    "datamodule": ("FashionMNISTDataModule", "IdxDataModule", "MNISTDataModule", "MnistBatches", "ResumableShuffle",
+                   "random_shift"),
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:  # a name of data/datamodule.py: Lightning loads here, not on `import modelforge.data`
-        from modelforge.data import datamodule
-
-        return getattr(datamodule, name)
+    if name in _MODULE_OF:  # Lightning loads with datamodule's names only
+        return getattr(importlib.import_module(f"modelforge.data.{_MODULE_OF[name]}"), name)
     raise AttributeError(f"module 'modelforge.data' has no attribute {name!r}")

@@ -7,8 +7,7 @@ batch crosses PCIe. Training order: :class:`ResumableShuffle`."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
@@ -19,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from modelforge.data.download import ensure_files, resolve_data_dir
 from modelforge.data.idx import FASHION_MNIST, MNIST, IdxDataset, load_idx_set
+from modelforge.data.options import IdxOptions
 from modelforge.errors import ConfigError
 from modelforge.registry import DATAMODULES
 
@@ -102,69 +102,21 @@ class ResumableShuffle(Sampler[int]):
         return self.n  # the whole epoch: Lightning counts a resumed epoch's batches from where it stopped
 
 
-def _int(low: int, high: int | None = None, *, null: bool = False) -> tuple[Callable[[Any], bool], str]:
-    """A test for an integer in ``low..high`` (or None, if ``null``) and the words for it."""
-    words = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
-    return (lambda v: v is None and null or _is(v, int) and low <= v <= (high or v)), words
-
-
-def _number(words: str, positive: bool = False) -> tuple[Callable[[Any], bool], str]:
-    return lambda v: v is None or _is(v, (int, float)) and not (positive and v <= 0), words
-
-
-def _is(value: object, kind: type | tuple[type, ...]) -> bool:
-    return isinstance(value, kind) and not isinstance(value, bool)  # `batch_size: true` is a mistake, not 1
-
-
-# data.KEY: (a test of its value, what is allowed); checked in this order.
-_OPTIONS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "batch_size": _int(1), "eval_batch_size": _int(1, null=True), "num_workers": _int(0),
-    "augment_shift": _int(0, 27), "n_classes": _int(2, null=True),
-    "val_size": (lambda v: _is(v, int) and v >= 1 or isinstance(v, float) and 0.0 < v < 1.0,
-                 "a count >= 1 or a fraction in (0, 1)"),
-    "mean": _number("null (the data set's) or a number"),
-    "std": _number("null (the data set's) or a number > 0", positive=True),
-    # A bare string would be iterated letter by letter as a list of "mirrors".
-    "mirrors": (lambda v: v is None or isinstance(v, Sequence) and not isinstance(v, (str, bytes)),
-                "null or a list of URLs"),
-}
-
-
-class IdxDataModule(pl.LightningDataModule):
+class IdxDataModule(IdxOptions, pl.LightningDataModule):
     """Any folder of the four IDX files: no checksums, no download; shapes, classes and stats from the files.
     Batches are ``(images float32 [B, 1, H, W], labels int64 [B])``. A known data set's subclass sets
-    ``dataset`` (checksums, mirrors, stats, classes). Options: see ``conf/data/mnist.yaml``."""
+    ``dataset`` (checksums, mirrors, stats, classes). Options: :class:`~modelforge.data.options.IdxOptions`."""
 
     dataset: IdxDataset | None = None
 
-    def __init__(self, data_dir: str | Path | None = None, batch_size: int = 128, eval_batch_size: int | None = None,
-                 val_size: int | float = 5000, seed: int = 0, num_workers: int = 0, augment_shift: int = 0,
-                 normalize: bool = True, mean: float | None = None, std: float | None = None,
-                 n_classes: int | None = None, download: bool = True, verify: bool = True, cache_decoded: bool = True,
-                 mirrors: Sequence[str] | None = None, timeout: float = 30.0) -> None:
-        super().__init__()
-        for key, (accepts, allowed) in _OPTIONS.items():
-            if not accepts(value := locals()[key]):
-                raise ConfigError(f"data.{key}", f"got {value!r}", allowed=allowed,
-                                  hint="data.mirrors=[https://example.org/mnist/]" if key == "mirrors" else None)
-        for url in mirrors or ():
-            if not str(url).startswith(("http://", "https://", "file:")):
-                raise ConfigError("data.mirrors", f"{url!r} is not a URL", allowed="http://, https:// or file: URLs")
-        if self.dataset is None and not data_dir:
-            raise ConfigError("data.data_dir", "missing: the folder that holds the four IDX files",
-                              hint="data=idx data.data_dir=/path/to/folder (train-images-idx3-ubyte[.gz], ...)")
-        self.name = self.dataset.name if self.dataset is not None else "idx"
-        self.data_dir, self.seed, self.val_size = data_dir, seed, val_size
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
-        self.num_workers, self.augment_shift, self.normalize = num_workers, augment_shift, normalize
-        self.mean, self.std, self._n_classes = mean, std, n_classes
-        self.download, self.verify, self.timeout = download, verify, timeout  # cache_decoded: no effect
-        # Hydra hands over a ListConfig; a tuple keeps the module picklable and printable.
-        self.mirrors = tuple(str(m) for m in mirrors) if mirrors is not None else None
-        self.train_set = self.val_set = self.test_set = None
-        self.train_sampler: ResumableShuffle | None = None
-        self._resume_at: tuple[int, int, int] | None = None
-        self._splits: dict[str, tuple[Tensor, Tensor]] | None = None  # prepare_data, setup and test share one read
+    train_set = val_set = test_set = None
+    train_sampler: ResumableShuffle | None = None
+    _resume_at: tuple[int, int, int] | None = None
+    _splits: dict[str, tuple[Tensor, Tensor]] | None = None  # prepare_data, setup and test share one read
+
+    @property
+    def name(self) -> str:
+        return self.dataset.name if self.dataset is not None else "idx"
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

@@ -279,19 +279,30 @@ def test_real_ddp_splits_the_training_set(tmp_path: Path) -> None:
     assert sorted(re.findall(r"rank (\d) saw (\d+)", out.stdout)) == [("0", "32"), ("1", "32")]  # 64 images
 
 
-def test_hydra_config_mirrors_the_constructor(mnist_dir) -> None:
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "idx"])
+def test_each_data_config_holds_the_constructors_defaults_once(name: str, mnist_dir) -> None:
+    """conf/data/NAME.yaml starts from data_defaults/NAME, made from the signature: every option, its default."""
     import inspect
 
+    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "data" / "mnist.yaml")
-    options = OmegaConf.to_container(cfg)
-    assert options.pop("name") == "mnist"
-    params = inspect.signature(DATAMODULES.get("mnist")).parameters
+    from modelforge.config import conf_dir
+
+    text = (conf_dir() / "data" / f"{name}.yaml").read_text()
+    assert "batch_size" not in text.split("defaults:")[1]  # no default written out again
+    with initialize_config_dir(str(conf_dir()), version_base=None):
+        cfg = compose("train", [f"data={name}", "seed=7", "data.data_dir=/somewhere"]).data
+    options = OmegaConf.to_container(cfg, resolve=True)
+    assert options.pop("name") == name
+    params = inspect.signature(DATAMODULES.get(name)).parameters
     assert set(options) == set(params)
-    # seed interpolates the run's top-level ${seed}; mirrors: null means the module's default list.
-    assert options["seed"] == "${seed}"
-    assert all(options[k] == params[k].default for k in options if k not in ("mirrors", "seed"))
+    assert options["seed"] == 7  # the run's top-level seed
+    own = {"idx": {"verify": False, "download": False}}.get(name, {})  # a folder of yours: no md5s, no mirrors
+    assert all(options[k] == own.get(k, params[k].default) for k in options if k not in ("seed", "data_dir"))
+    if name != "mnist":
+        return
+    cfg = OmegaConf.create(options)
     cfg.data_dir, cfg.val_size, cfg.mirrors, cfg.seed = str(mnist_dir[0]), 0.25, ["http://127.0.0.1:1/"], 0
     cfg.verify = False
     dm = MNISTDataModule(**{k: v for k, v in cfg.items() if k != "name"})
