@@ -6,13 +6,13 @@ imports Lightning: building a model needs torch, omegaconf and nothing else.
 """
 
 from modelforge import hooks, layers, models  # noqa: F401 - these imports register the built-ins
-from modelforge.data import options  # noqa: F401 - gives Hydra the data defaults (data_defaults/<name>)
 from modelforge.build import (
     build_model,
     create_model,
     model_config_from_run,
     validate_model_config,
 )
+from modelforge.data import options  # noqa: F401 - gives Hydra the data defaults (data_defaults/<name>)
 from modelforge.deploy.load import load_model
 from modelforge.errors import (
     CheckpointError,

@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf import errors as omegaconf_errors
 
 from modelforge import errors
-from modelforge.cli.run_checks import EXIT_CONFIG_ERROR, forget_validated, refuse
-from modelforge.config import check_yaml_file, conf_dir, load_yaml_file
+from modelforge.cli.run_checks import forget_validated
+from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
 from modelforge.sweep.callback import (
     exit_if_jobs_failed,
@@ -36,6 +36,7 @@ from modelforge.sweep.callback import (
     report_unfinished_sweeps,
 )
 from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
+from modelforge.train.records import EXIT_CONFIG_ERROR, refuse
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's documented switch: raise errors instead of printing them
 SEARCH_SPACE = "hydra.sweeper.params"  # the Optuna sweeper's; its keys hold dots (optim.lr)
@@ -171,7 +172,7 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
     if composing and isinstance(cause, missing_key) and cause.parent_node is not None:
         return _unknown_key(cause, cmd)
     if isinstance(cause, omegaconf_errors.OmegaConfBaseException) and cause.full_key:
-        return ConfigError(str(cause.full_key), str(getattr(cause, "msg", cause)).split("\n")[0])
+        return omegaconf_error(cause)
     if composing and cause is None and (error := _refused_override(str(exc), cmd)):
         return error
     return ConfigError("--config-dir" if isinstance(exc, hydra_errors.SearchPathException) else "",
@@ -198,10 +199,11 @@ def _refused_override(message: str, cmd: CommandLine) -> ConfigError | None:
 
 
 def _unknown_key(cause: omegaconf_errors.OmegaConfBaseException, cmd: CommandLine) -> ConfigError:
-    """An override of a key the composed config lacks: where, the closest key there, and what exists."""
-    missing, node = str(cause.full_key), cause.parent_node
+    """An override of a key the composed config lacks, as omegaconf_error words it (less Hydra's own), with a hint."""
+    error, node = omegaconf_error(cause), cause.parent_node
+    missing = error.path
     parent, _, key = missing.rpartition(".")
-    keys = sorted(str(k) for k in node if parent or k != "hydra")
+    keys = [k for k in error.allowed if parent or k != "hydra"]
     typed = next((o for o in cmd.overrides if f"{o.key_or_group}.".startswith(f"{missing}.")), None)
     full = typed.key_or_group if typed else missing
     after = full[len(missing) + 1:].partition(".")[0]
@@ -211,10 +213,10 @@ def _unknown_key(cause: omegaconf_errors.OmegaConfBaseException, cmd: CommandLin
         hint = f"{key} is a config group: select the option first, e.g. {key}=[{after}]"
     elif parent and key in cmd.group_options(parent.replace(".", "/")):
         hint = f"'{key}' is an option of the {parent} group: select it first, e.g. {parent}=[{key}]"
-    else:  # a structured config (as Hydra's own) takes no new key
-        hint = f"to add a key that is not in the config, write +{full}=..." if OmegaConf.get_type(node) is dict else None
-    problem = f"no key {key!r} at " + (f"'{parent}'" if parent else "the top level of the config")
-    return ConfigError(missing, problem, allowed=keys, suggestions=errors.closest_names(key, keys), hint=hint)
+    else:  # a structured config (as Hydra's own) takes no new key; the top level (TrainConfig) does
+        adds = not parent or OmegaConf.get_type(node) is dict
+        hint = f"to add a key that is not in the config, write +{full}=..." if adds else None
+    return ConfigError(missing, error.problem, allowed=keys, suggestions=errors.closest_names(key, keys), hint=hint)
 
 
 def _search_space_hint(typed: Override) -> str | None:  # for hydra.sweeper.params.KEY=...

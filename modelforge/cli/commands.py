@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import importlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig
@@ -26,11 +29,9 @@ def train_task(cfg: DictConfig) -> float:
     return train(take_validated(cfg))  # checked before Hydra made the run directory
 
 
-def eval_task(cfg: DictConfig) -> dict[str, float]:
-    """Rebuild the model from the checkpoint's stored config and test it."""
-    from modelforge.train import evaluate  # loads Lightning
-
-    return evaluate(cfg)
+def _imported(module: str, name: str) -> Callable[[DictConfig], Any]:
+    """The task ``module.name``, imported when it runs: Lightning and the exporters load only for their commands."""
+    return lambda cfg: getattr(importlib.import_module(module), name)(cfg)
 
 
 def summary_task(cfg: DictConfig) -> None:
@@ -51,24 +52,11 @@ def summary_task(cfg: DictConfig) -> None:
         print(f"module graph written to {drawn}")
 
 
-def export_task(cfg: DictConfig) -> None:
-    """Export a checkpoint and check the exported file against the eager model."""
-    from modelforge.deploy.export import (
-        export_task as run_export,  # loads the exporters
-    )
-
-    run_export(cfg)
-
-
-def predict_task(cfg: DictConfig) -> None:
-    """Classify image files with a checkpoint, a run directory or an exported model."""
-    from modelforge.deploy.predict import predict_task as run_predict
-
-    run_predict(cfg)
-
-
-TASKS = {"train": train_task, "eval": eval_task, "summary": summary_task, "export": export_task,
-         "predict": predict_task}
+# eval: the checkpoint's model, tested; export: a checkpoint written and checked against the eager model;
+# predict: image files classified with a checkpoint, a run directory or an exported model.
+TASKS = {"train": train_task, "eval": _imported("modelforge.train.run", "evaluate"), "summary": summary_task,
+         "export": _imported("modelforge.deploy.export", "export_task"),
+         "predict": _imported("modelforge.deploy.predict", "predict_task")}
 
 
 def list_names(argv: list[str]) -> int:

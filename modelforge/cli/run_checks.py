@@ -3,28 +3,17 @@ there: a refusal leaves nothing behind; a config that passes claims the director
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from modelforge.errors import ModelforgeError
-from modelforge.train.records import (
-    EXIT_CONFIG_ERROR,
-    claim_run_dir,
-    forget_claims_for_tasks,
-)
+from modelforge.train.records import claim_run_dir, forget_claims_for_tasks, refuse
 
 _validated: list[Any] = []  # the run config on_run_start checked, for this run's task
-
-
-def refuse(error: BaseException) -> NoReturn:
-    """Print ``error`` and exit with its code: a SystemExit, which Hydra's callbacks and jobs let through."""
-    print(f"error: {error}", file=sys.stderr)
-    raise SystemExit(getattr(error, "exit_code", EXIT_CONFIG_ERROR))  # e.g. a full disk is 1
 
 
 class CheckBeforeRun(Callback):

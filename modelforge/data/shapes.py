@@ -45,12 +45,8 @@ def fill_model_shapes(model_cfg: Mapping[str, Any], datamodule: Any, explicit: C
     return filled
 
 
-def _model_defaults(name: Any) -> dict[str, Any]:
-    try:
-        factory = MODELS.get(name, path="model.name")
-    except ConfigError:
-        return {}
-    schema = MODELS.schema(name)
+def _model_defaults(name: Any) -> dict[str, Any]:  # of a known model: model_config_from_run checked the name
+    factory, schema = MODELS.get(name, path="model.name"), MODELS.schema(name)
     defaults = schema_defaults(schema) if schema is not None else {}
     try:
         defaults.update({k: v for k, v in signature_defaults(factory).items() if k in SHAPE_KEYS})

@@ -17,13 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.errors import CompactHydraException
+from hydra.errors import CompactHydraException, HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from modelforge.errors import ConfigError
+from modelforge.sweep.study import search_settings, storage_file
 from modelforge.sweep.summary import (
     METRICS_FILE,
     SUCCEEDED,
@@ -58,8 +61,6 @@ def check_sweep_dir(config: DictConfig) -> None:
     """Raise ConfigError when ``hydra.sweep.dir`` holds a sweep that this one is not continuing (an Optuna
     study stored there, in SQLite or a journal file: its new jobs get new ``<trial>_<launch id>`` directories,
     so no finished record changes)."""
-    from modelforge.sweep.study import storage_file
-
     sweep_dir = Path(config.hydra.sweep.dir)
     earlier = [p for p in (sweep_dir / "multirun.yaml", sweep_dir / "summary.csv") if p.exists()]
     earlier += sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
@@ -76,8 +77,6 @@ def objectives_of(config: DictConfig) -> list[tuple[str, str]]:
     """An Optuna search's objectives with their directions, its settings checked (ConfigError); [] for other sweepers."""
     if config.hydra.sweeper.get("_target_") != OPTUNA_SWEEPER:
         return []
-    from modelforge.sweep.study import search_settings
-
     settings = search_settings(config.hydra.sweeper, config.get("monitor"), config.hydra.launcher.get("_target_"))
     return list(zip(settings.objectives, settings.directions))
 
@@ -146,10 +145,6 @@ def planned_jobs(config: DictConfig) -> list[list[str]] | None:
     sweepers (Optuna draws its trials as it goes) or overrides that need Hydra's config loader (``glob(*)``)."""
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     arguments = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     try:
         overrides = OverridesParser.create().parse_overrides([*arguments, *map(str, config.hydra.overrides.task)])

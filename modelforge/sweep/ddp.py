@@ -13,6 +13,10 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import read_write
+
 # What lightning_fabric's _SubprocessScriptLauncher writes into os.environ.
 DDP_ENV_VARS = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "OMP_NUM_THREADS")
 
@@ -23,9 +27,6 @@ def sweep_job_argv(command: Sequence[str]) -> list[str]:
     Lightning adds ``hydra.run.dir=<hydra.run.dir>`` for them: pointed at this job's directory,
     all ranks share one run directory.
     """
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import read_write
-
     hydra_cfg = HydraConfig.get()
     with read_write(hydra_cfg.run):
         hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
@@ -35,8 +36,6 @@ def sweep_job_argv(command: Sequence[str]) -> list[str]:
 @contextmanager
 def fresh_ddp_state() -> Iterator[None]:
     """Restore the DDP environment variables and torch's thread count (divided among ranks) after a job."""
-    import torch
-
     saved_env, threads = {key: os.environ.get(key) for key in DDP_ENV_VARS}, torch.get_num_threads()
     try:
         yield

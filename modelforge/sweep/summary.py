@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
 from modelforge.train.records import write_text
 
 METRICS_FILE = "metrics.json"
@@ -88,8 +90,6 @@ def pareto_front(rows: Sequence[JobRow], objectives: Sequence[tuple[str, str]]) 
 
 def swept_overrides(rows: Sequence[JobRow], fixed: Sequence[str]) -> list[list[str]]:
     """Each row's overrides less those of keys that ``fixed`` (the sweep's command line) does not sweep."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     same = {o.get_key_element() for o in OverridesParser.create().parse_overrides(list(fixed)) if not o.is_sweep_override()}
     swept = [[o for o in row.overrides if o.split("=", 1)[0] not in same] for row in rows]
     # A "sweep" of one value per key varied nothing: show what the jobs ran with instead.

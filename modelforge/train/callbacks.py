@@ -37,26 +37,21 @@ _LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "MLFlo
 DEFAULT_LOG_EVERY_N_STEPS = 50
 
 
-def _resolve(group: str, name: str, target: Any) -> type:
-    """The class ``target`` names (or, without one, the class registered as ``name``), if allowed."""
-    registry, kind = _GROUPS[group]
-    if target is None:
-        return registry.get(name, path=f"{group}.{name}")
-    return resolve_target(target, f"{group}.{name}", ALLOWED_MODULES[group], map(registry.get, registry.names()), kind)
-
-
 def checked_specs(group: str, cfg: Any, fill: Callable[..., dict]) -> list[tuple[str, dict[str, Any]]]:
     """``[(name, {_target_, **arguments})]``, checked; ``fill`` adds what modelforge sets unless the config does."""
     if cfg and not isinstance(cfg, Mapping):
         raise ConfigError(group, f"expected a mapping of names to options, got {cfg!r}",
                           hint=f"{group}=[a,b] {group}.a.option=value")
+    registry, kind = _GROUPS[group]
     specs = []
     for name, options in (cfg or {}).items():
-        options = dict(options or {})
-        cls = _resolve(group, name, options.pop("_target_", None))
+        options, path = dict(options or {}), f"{group}.{name}"
+        target = options.pop("_target_", None)  # None: the class registered as `name`; either only if allowed
+        cls = (registry.get(name, path=path) if target is None
+               else resolve_target(target, path, ALLOWED_MODULES[group], map(registry.get, registry.names()), kind))
         accepted = signature_defaults(cls)
         placed = {k: v for k, v in fill(cls, accepted, options).items() if k in accepted and k not in options}
-        check_call(cls, options, f"{group}.{name}", f"{group} {name!r}", filled=placed)
+        check_call(cls, options, path, f"{group} {name!r}", filled=placed)
         specs.append((name, {"_target_": f"{cls.__module__}.{cls.__qualname__}", **placed, **options}))
     return specs
 

@@ -15,7 +15,6 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
 
-from modelforge.deploy.load import check_fits, load_checkpoint  # noqa: F401 - re-exported: they live Lightning-free
 from modelforge.errors import (
     ConfigError,
     Diverged,

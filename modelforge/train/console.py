@@ -53,12 +53,9 @@ def quiet_third_party() -> None:
 
 
 @contextlib.contextmanager
-def run_log(log_file: Path, enabled: bool = True) -> Iterator[None]:
+def run_log(log_file: Path) -> Iterator[None]:
     """For a run from Python, what Hydra does from run.yaml for the CLI: INFO and up to ``log_file``,
     and to stdout when nothing else prints, in run.yaml's format; undone afterwards."""
-    if not enabled:
-        yield
-        return
     root, saved_level = logging.getLogger(), logging.getLogger().level
     handlers = [logging.FileHandler(log_file), *([] if root.handlers else [logging.StreamHandler(STDOUT)])]
     for handler in handlers:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -116,20 +116,14 @@ def param_groups(model: nn.Module, defaults: Mapping[str, Any], groups: Mapping[
     return [g for g in built if g["params"]]
 
 
-def build_optimizer(params: nn.Module | Iterable, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """The optimizer ``optim_cfg`` names, over a module's trainable parameters (or any iterable of them)."""
+def build_optimizer(model: nn.Module, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
+    """The optimizer ``optim_cfg`` names, over the model's trainable parameters."""
     cls, options, no_decay, groups = _optimizer_options(optim_cfg)
     spec = {"_target_": f"{cls.__module__}.{cls.__qualname__}", "_partial_": True, **options}
-    make = instantiate(spec, _convert_="all")
-    if not isinstance(params, nn.Module):
-        if no_decay or groups:
-            raise ConfigError("optim.param_groups" if groups else "optim.no_decay_norm_bias",
-                              "needs the model, not a list of parameters")
-        return make(params)
-    built = param_groups(params, {**signature_defaults(cls), **options}, groups, no_decay)
+    built = param_groups(model, {**signature_defaults(cls), **options}, groups, no_decay)
     if not built:
         raise ConfigError("freeze", "every parameter of the model is frozen: nothing to train")
-    return make(built)
+    return instantiate(spec, _convert_="all")(built)
 
 
 # --- schedules -------------------------------------------------------------------------------

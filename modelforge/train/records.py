@@ -19,9 +19,10 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import yaml
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
@@ -46,20 +47,15 @@ class DiskFullError(ModelforgeError, OSError):
         return str(self.strerror)
 
 
-def _size(n: int | None) -> str:
-    if n is None or n < 1024:
-        return "?" if n is None else f"{n} bytes"
-    unit = min(int(math.log(n, 1024)), 4)
-    return f"{n / 1024 ** unit:.1f} {' KMGT'[unit]}B"
+def _size(n: int) -> str:
+    unit = min(int(math.log(n, 1024)), 4) if n >= 1024 else 0
+    return f"{n / 1024 ** unit:.1f} {' KMGT'[unit]}B" if unit else f"{n} bytes"
 
 
-def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int | None = None, *,
-               durable: bool = True) -> None:
+def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int | None = None) -> None:
     """Call ``write(handle)`` on a temp file beside ``path``, fsync it, then rename it to ``path``.
 
     ``needed``: the bytes a full-disk message reports (else those written before it filled up).
-    ``durable=False`` skips the fsyncs: still all or nothing, but a power cut may leave a damaged
-    file (for caches, whose readers check what they read).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,8 +65,7 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         full = _is_disk_full(exc)
@@ -81,8 +76,7 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
         if full:
             raise DiskFullError(path, needed or written, free) from None
         raise
-    if durable:
-        _fsync_dir(path.parent)
+    _fsync_dir(path.parent)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -130,25 +124,13 @@ CLAIM_FILE = ".run_claim"  # who claimed the directory: pid, host, time, command
 _claimed_for_task: set[str] = set()
 
 
-def run_records(run_dir: Path) -> list[Path]:
-    """The files in ``run_dir`` that record an earlier run (empty for a new directory)."""
-    found = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
-    return found + sorted((run_dir / "checkpoints").glob("*.ckpt"))
-
-
-def is_ddp_child() -> bool:
-    """True in a DDP rank other than 0 (started by torchrun or srun beside rank 0, or by Lightning from rank 0):
-    it trains into rank 0's run directory and writes no records there."""
-    return launch.global_rank() > 0
-
-
 def check_run_dir(run_dir: Path, command: str) -> None:
     """Raise ConfigError when ``run_dir`` holds a run (``command`` would overwrite its record) or another run claimed it."""
-    if is_ddp_child():
-        return
     if (run_dir / CLAIM_FILE).exists() and not any((run_dir / name).exists() for name in FINAL_RECORDS):
         raise _taken(run_dir)  # its run is under way (or was killed before it could say how it ended)
-    if not (found := run_records(run_dir)):
+    found = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
+    found += sorted((run_dir / "checkpoints").glob("*.ckpt"))
+    if not found:
         return
     if command == "train":
         hint = (f"pick a new directory, or resume with ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'} "
@@ -167,8 +149,8 @@ def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = Fal
     Hydra callback claims for the task Hydra runs next here, whose own call takes it over.
     Of ranks that torchrun or srun started together, rank 0 claims and the others take its verdict.
     """
-    if is_ddp_child() and not launch.started_together():
-        return  # Lightning started this rank after its rank 0 had claimed
+    if launch.global_rank() > 0 and not launch.started_together():
+        return  # Lightning started this rank after its rank 0 had claimed; it writes no records there
     key = os.path.abspath(run_dir)
     if key in _claimed_for_task:
         _claimed_for_task.discard(key)
@@ -223,10 +205,11 @@ def _unwritable(run_dir: Path, why: str) -> ConfigError:
                        hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run")
 
 
-def refuse(exc: ModelforgeError) -> None:
-    """Print the error as the CLI does and exit with its code, 2 for bad input (a SystemExit passes Hydra's error printing)."""
-    print(f"error: {exc}", file=sys.stderr)
-    raise SystemExit(getattr(exc, "exit_code", EXIT_CONFIG_ERROR))
+def refuse(error: BaseException) -> NoReturn:
+    """Print ``error`` as the CLI does and exit with its code, 2 for bad input (a full disk is 1): a SystemExit,
+    which Hydra's callbacks and jobs let through, past Hydra's error printing."""
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(getattr(error, "exit_code", EXIT_CONFIG_ERROR))
 
 
 def share_run_dir(config: DictConfig) -> None:
@@ -238,8 +221,6 @@ def share_run_dir(config: DictConfig) -> None:
     """
     if not launch.started_together():
         return
-    from hydra.core.hydra_config import HydraConfig
-
     HydraConfig.instance().set_config(config)  # as run_job does first: ${hydra:...} resolves
     run_dir = launch.rank_zero_decides("run_dir", lambda: os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
     if (rank := launch.global_rank()) > 0:
@@ -278,15 +259,13 @@ class KeepRunRecords(Callback):
             refuse(exc)
 
 
-def current_run_dir(fallback_root: str | Path = "outputs") -> Path:
+def current_run_dir() -> Path:
     """Hydra's output dir for this job, or a fresh unique folder when called without Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
 
     def new_run_dir() -> str:  # the CLI's layout; the random suffix keeps two runs started in one second apart
-        run_dir = Path(fallback_root) / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
+        run_dir = Path("outputs") / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
         run_dir.mkdir(parents=True, exist_ok=False)
         return str(run_dir.absolute() if launch.started_together() else run_dir)
 
@@ -311,17 +290,6 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def write_yaml(path: Path, data: dict[str, Any]) -> None:
     write_text(path, yaml.safe_dump(data, sort_keys=False))
-
-
-def write_setup_failure(run_dir: Path, exc: BaseException, record: dict[str, Any]) -> None:
-    """``metrics.json`` of a run that failed before training (rank 0; never creates ``run_dir``
-    nor replaces a ``metrics.json``: other DDP ranks fail alike)."""
-    from pytorch_lightning.utilities.rank_zero import rank_zero_only
-
-    if getattr(rank_zero_only, "rank", 0) != 0 or not run_dir.is_dir() or (run_dir / "metrics.json").exists():
-        return
-    write_json(run_dir / "metrics.json", {"status": "failed", "stage": "setup",
-                                          "error": f"{type(exc).__name__}: {exc}", **record})
 
 
 def write_metrics(path: Path, metrics: dict[str, Any], failing: bool) -> None:

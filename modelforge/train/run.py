@@ -10,29 +10,25 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from modelforge.build import build_model
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
-from modelforge.deploy.load import model_weights
+from modelforge.deploy.load import check_fits, load_checkpoint, model_weights
 from modelforge.errors import ConfigError, Terminated
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.flops import count_macs
 from modelforge.inspect.summary import describe_model
 from modelforge.sweep.pruning import pruning_record
+from modelforge.train import launch
 from modelforge.train.callbacks import early_stop_summary
-from modelforge.train.checkpoints import (
-    check_epochs_left,
-    check_fits,
-    failure_record,
-    load_checkpoint,
-)
+from modelforge.train.checkpoints import check_epochs_left, failure_record
 from modelforge.train.console import quiet_third_party, run_log
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
@@ -41,7 +37,6 @@ from modelforge.train.records import (
     current_run_dir,
     write_json,
     write_metrics,
-    write_setup_failure,
     write_yaml,
 )
 from modelforge.train.run_config import RunConfig, validate_run_config
@@ -57,20 +52,8 @@ from modelforge.train.trainer import (
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Prepared:
-    """Everything a run needs, built only after every check passed."""
-
-    config: dict[str, Any]
-    module: ClassifierModule
-    datamodule: pl.LightningDataModule
-    trainer: pl.Trainer
-    run_dir: Path
-    ckpt: dict[str, Any] | None
-
-
-def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> Prepared:
-    run = validate_run_config(cfg)
+def _prepare(run: RunConfig, run_dir: Path) -> tuple[ClassifierModule, pl.Trainer, dict[str, Any] | None]:
+    """The module, the trainer and the checkpoint to resume from, built only after every check passed."""
     ckpt = load_checkpoint(run.ckpt_path) if run.ckpt_path else None
     model = run.network
     module = ClassifierModule(model, config=run.config, n_classes=getattr(run.datamodule, "n_classes", 10),
@@ -86,7 +69,7 @@ def _prepare(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: Path) -> 
     check_precision(run.plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
     # Last check, as it may download: verifies (or fetches) the data files before any training.
     run.datamodule.prepare_data()
-    return Prepared(run.config, module, run.datamodule, trainer, run_dir, ckpt)
+    return module, trainer, ckpt
 
 
 def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> float:
@@ -103,7 +86,8 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
             run = validate_run_config(cfg)
         # Atomic, before anything is written there (the CLI claimed it before Hydra wrote: taken over).
         claim_run_dir(run_dir, "train")
-        with run_log(run_dir / "train.log", enabled=not _under_hydra()):  # Hydra writes its own
+        # Under Hydra, Hydra writes train.log.
+        with contextlib.nullcontext() if HydraConfig.initialized() else run_log(run_dir / "train.log"):
             return _train(run, run_dir, received)
 
 
@@ -111,18 +95,21 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
 def _recorded_setup_failure(run_dir: Path, claimed: bool = True) -> Iterator[None]:
     """A failure before training leaves the run directory (where there is one) a metrics.json saying why.
 
-    Not yet ``claimed``: only into an existing directory this run can claim now, never another run's.
+    Not yet ``claimed``: only into an existing directory this run can claim now, never another run's. Rank 0
+    writes it, never creating ``run_dir`` nor replacing a ``metrics.json`` (other DDP ranks fail alike).
     """
     try:
         yield
     except BaseException as exc:
         if not claimed and not _claim_existing(run_dir):
             raise
-        record = _record(run_dir)
-        del record["config"]  # config.yaml is written only for a config that passed its checks
-        if isinstance(exc, Terminated):  # a signal before training: nothing to resume, but say so
-            record["status"] = exc.status
-        write_setup_failure(run_dir, exc, record)
+        if launch.global_rank() == 0 and run_dir.is_dir() and not (run_dir / "metrics.json").exists():
+            record = _record(run_dir)
+            del record["config"]  # config.yaml is written only for a config that passed its checks
+            # A signal before training: nothing to resume, but say so.
+            status = exc.status if isinstance(exc, Terminated) else "failed"
+            write_json(run_dir / "metrics.json", {**record, "status": status, "stage": "setup",
+                                                  "error": f"{type(exc).__name__}: {exc}"})
         raise
 
 
@@ -138,23 +125,23 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
     with _recorded_setup_failure(run_dir):
         if run.seed is not None:
             pl.seed_everything(run.seed, workers=True, verbose=False)
-        prep = _prepare(run, run_dir)
-    model = prep.module.model  # built models know their input shape; the one line replaces Lightning's table
+        module, trainer, ckpt = _prepare(run, run_dir)
+    model, monitor = module.model, run.monitor
     macs = count_macs(model, model.input_shape)[0]  # per sample; also an objective a search may name
-    log.info("model %s", describe_model(model, model.input_shape, prep.config["model"].get("name"), macs=macs))
+    # Built models know their input shape; the one line replaces Lightning's table.
+    log.info("model %s", describe_model(model, model.input_shape, run.config["model"].get("name"), macs=macs))
     for line in run.transfer.lines(model):  # what init.from loaded and left out, what freeze froze
         log.info(line)
-    trainer, module, monitor = prep.trainer, prep.module, run.monitor
     metrics: dict[str, Any] = {"status": "running", **_record(run_dir),
                                "params": sum(p.numel() for p in model.parameters()), "macs": macs,
-                               "monitor": monitor, "data": describe_data(prep.datamodule), **run.transfer.record(model)}
+                               "monitor": monitor, "data": describe_data(run.datamodule), **run.transfer.record(model)}
     if trainer.is_global_zero:
-        write_yaml(run_dir / "config.yaml", prep.config)
-    start_epoch = int(prep.ckpt.get("epoch", -1)) + 1 if prep.ckpt else 0
+        write_yaml(run_dir / "config.yaml", run.config)
+    start_epoch = int(ckpt.get("epoch", -1)) + 1 if ckpt else 0
     started = time.perf_counter()
     with ddp_run_scope(trainer):  # every rank ends its process group; rank 0 reaps the others
         try:
-            trainer.fit(module, datamodule=prep.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
+            trainer.fit(module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
                            **early_stop_summary(trainer))
@@ -164,13 +151,13 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
             # Test the final weights (= last.ckpt), so `eval` of last.ckpt reproduces these numbers; not those of
             # an Optuna trial that its search's pruner stopped (status pruned).
             pruned = pruning_record(trainer)
-            results = [] if pruned else trainer.test(module, datamodule=prep.datamodule, verbose=False)
+            results = [] if pruned else trainer.test(module, datamodule=run.datamodule, verbose=False)
             metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
                            global_step=trainer.global_step, status="finished")
             metrics.update(pruned)
         except BaseException as exc:
-            reason = stop_reason(exc, trainer, received, prep.config["model"])
+            reason = stop_reason(exc, trainer, received, run.config["model"])
             metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
                            global_step=trainer.global_step)
             if reason is exc:
@@ -188,17 +175,11 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
     return float(value)
 
 
-def _under_hydra() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-
-    return HydraConfig.initialized()
-
-
 def _record(run_dir: Path) -> dict[str, Any]:
     """Where a run's files are and what produced it: the CLI overrides, or (from Python) its config."""
     return {"run_dir": str(run_dir), "config": str(run_dir / "config.yaml"),
-            "launched_from": "cli" if _under_hydra() else "python",
-            "overrides": hydra_overrides() if _under_hydra() else None}
+            "launched_from": "cli" if HydraConfig.initialized() else "python",
+            "overrides": hydra_overrides() if HydraConfig.initialized() else None}
 
 
 def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
@@ -246,7 +227,7 @@ def _eval_data_config(given: Mapping[str, Any], stored: Mapping[str, Any]) -> di
     From the CLI ``given`` holds the group's defaults too: only keys named on the command line
     count, or a default would undo a setting the model was trained with.
     """
-    if _under_hydra():
+    if HydraConfig.initialized():
         named = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in hydra_overrides()
                  if o.lstrip("+~").startswith("data.")}
         given = {k: v for k, v in given.items() if k in named}

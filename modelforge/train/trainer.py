@@ -13,6 +13,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
@@ -31,6 +32,7 @@ from modelforge.train.callbacks import (
 )
 from modelforge.train.console import verbose
 from modelforge.train.ddp_teardown import StopTogether
+from modelforge.train.hook_callback import HookPluginsCallback
 from modelforge.train.progress import progress_bar
 from modelforge.train.stopping import DivergenceGuard, divergence_bound
 
@@ -41,7 +43,7 @@ def default_precision(accelerator: str) -> str:
     return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
 
 
-def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], logged: bool) -> list[Callback]:
+def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], logged: bool) -> list[Callback]:
     monitor = config.get("monitor", "val/acc")
     ckpt_dir = run_dir / "checkpoints"
     chosen = build_callbacks(config.get("callbacks"), monitor)
@@ -53,19 +55,13 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any],
         DivergenceGuard(divergence_bound(config), config),
         StopTogether(),  # under DDP, a stop signal ends every rank at the same batch
         ckpts.ResumeState(),  # RNG and shuffle position in checkpoints
-        *_hooks(plugins, run_dir), *chosen,
+        *hooks, *chosen,
         *trial_callbacks(monitor),  # an Optuna trial's run: report monitor to it, stop when its pruner says
     ]
     has_lr_monitor = any(isinstance(c, pl.callbacks.LearningRateMonitor) for c in chosen)
     if logged and not has_lr_monitor and (config.get("sched") or {}).get("_target_") is not None:
         callbacks.append(pl.callbacks.LearningRateMonitor(logging_interval="step"))
     return callbacks
-
-
-def _hooks(plugins: Sequence[Any], run_dir: Path) -> list[Callback]:
-    from modelforge.train.hook_callback import HookPluginsCallback
-
-    return [HookPluginsCallback(list(plugins), run_dir=run_dir)] if plugins else []
 
 
 def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], for_eval: bool = False) -> pl.Trainer:
@@ -75,7 +71,8 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     if options.get("precision") is None:
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
-    callbacks = _hooks(plugins, run_dir) if for_eval else _callbacks(config, run_dir, plugins, logged=bool(logger))
+    hooks = [HookPluginsCallback(list(plugins), run_dir=run_dir)] if plugins else []
+    callbacks = hooks if for_eval else _callbacks(config, run_dir, hooks, logged=bool(logger))
     if logger and options.get("log_every_n_steps") in (None, DEFAULT_LOG_EVERY_N_STEPS):  # Lightning's, not a user's
         callbacks.append(StepLogInterval())
     has_bar = any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks)
@@ -86,9 +83,8 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     if for_eval:
         options["enable_checkpointing"] = False
     # Checkpoints are written by temp file + fsync + rename (a user's plugins come first).
-    own = options.get("plugins")
+    own = options.pop("plugins", None)
     own = [] if own is None else list(own) if isinstance(own, (list, tuple)) else [own]
-    options.pop("plugins", None)
     make = instantiate({"_target_": target, "_partial_": True, **options}, _convert_="all")
     try:
         return make(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks,
@@ -99,8 +95,6 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
 
 def hydra_overrides() -> list[str]:
     """The command-line overrides of this Hydra job ([] outside Hydra)."""
-    from hydra.core.hydra_config import HydraConfig
-
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 

@@ -144,9 +144,9 @@ def test_an_ema_run_gives_the_ema_weights_and_says_so(ema_run: Path, tiny_data: 
 
 
 def test_bad_paths_and_foreign_files_are_evals_errors(run: Path, tmp_path: Path) -> None:
-    from modelforge.train import checkpoints
+    from modelforge.train import run
 
-    assert checkpoints.load_checkpoint is load_checkpoint and checkpoints.check_fits is check_fits  # eval's own
+    assert run.load_checkpoint is load_checkpoint and run.check_fits is check_fits  # eval's own
     with pytest.raises(CheckpointError, match=r"^ckpt_path: no checkpoint file at .*nowhere\.ckpt$"):
         load_model(tmp_path / "nowhere.ckpt")
     torch.save({"weights": torch.zeros(2)}, foreign := tmp_path / "foreign.ckpt")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from modelforge import CheckpointError
-from modelforge.train.checkpoints import load_checkpoint
+from modelforge.deploy.load import load_checkpoint
 
 
 class RunsCode:

@@ -57,13 +57,13 @@ def test_two_launches_in_the_same_second_get_two_run_dirs(run_main, tiny_mnist: 
 
 
 def test_label_smoothing_reaches_the_loss(tiny_mnist: Path, tmp_path: Path) -> None:
-    from modelforge.config import load_config
     from modelforge.train.run import _prepare
+    from modelforge.train.run_config import validate_run_config
 
-    prep = _prepare(load_config(compose_train(tiny_mnist, "label_smoothing=0.3")), tmp_path)
+    module, _, _ = _prepare(validate_run_config(compose_train(tiny_mnist, "label_smoothing=0.3")), tmp_path)
     logits, labels = torch.randn(8, 10), torch.randint(0, 10, (8,))
     expected = torch.nn.functional.cross_entropy(logits, labels, label_smoothing=0.3)
-    assert torch.equal(prep.module.loss(logits, labels), expected)
+    assert torch.equal(module.loss(logits, labels), expected)
 
 
 def test_seed_makes_runs_repeat_and_another_seed_differs(tiny_mnist: Path, tmp_path: Path) -> None:
