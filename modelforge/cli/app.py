@@ -129,7 +129,19 @@ class CommandLine:
         return sorted(ConfigRepository(search_path).get_group_options(group, ObjectType.CONFIG))
 
     def prepare(self) -> None:
-        """Bound the YAML in the user's folders; store ``model=FILE.yaml`` in Hydra's ConfigStore as typed."""
+        """Refuse what Hydra would answer with a traceback (two modes, a config source it lacks); bound the YAML in
+        the user's folders; store ``model=FILE.yaml`` in Hydra's ConfigStore as typed."""
+        args = self.args
+        modes = [flag for flag, given in (("--run", args.run), ("--multirun", args.multirun), ("--cfg", args.cfg),
+                                          ("--info", args.info is not None), ("--shell-completion",
+                                                                              args.shell_completion)) if given]
+        if len(modes) > 1:
+            raise ConfigError(modes[-1], f"{' and '.join(modes)} cannot be given together: one at a time",
+                              hint="--cfg job shows the config of a single run: leave out -m" if args.cfg else None)
+        for folder in self.folders:
+            if (scheme := folder.partition("://")[0] if "://" in folder else "file") not in CONFIG_SOURCES:
+                raise ConfigError("hydra.searchpath", f"{folder!r}: Hydra reads no config source {scheme}://",
+                                  allowed=[f"{s}://" for s in CONFIG_SOURCES], hint="a folder: file:///abs/path")
         for folder in (f.removeprefix("file://") for f in self.folders if f.startswith("file://")):
             for path in sorted(Path(folder).expanduser().rglob("*.y*ml")):
                 check_yaml_file(path)
@@ -142,6 +154,9 @@ class CommandLine:
                     raise ConfigError("model", f"{path} must hold a mapping (name: ...), not a {type(node).__name__}")
                 *group, name = ["model", *filter(None, value.split("/"))]  # Hydra looks up "model/<value>"
                 ConfigStore.instance().store(name=name, node=node, group="/".join(group), package="model")
+
+
+CONFIG_SOURCES = ("file", "pkg", "structured")  # the schemes of Hydra's config sources
 
 
 def _values(override: Override) -> list[Any]:

@@ -94,3 +94,18 @@ def test_the_hinted_search_space_entry_is_what_optuna_searches(run_main, tmp_pat
     assert result.returncode == 0, result.stderr[-2000:]
     overrides = (tmp_path / "sweep" / "summary.csv").read_text().splitlines()[1]
     assert "optim.lr=0.05" in overrides and "enc_sizes=" in overrides  # the rest of the space is still searched
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("train", "-m", "enc_sizes=[16],[32]", "--cfg", "job"),
+     "error: --cfg: --multirun and --cfg cannot be given together: one at a time\n"
+     "  hint: --cfg job shows the config of a single run: leave out -m\n"),
+    (("train", "-m", "--info"), "error: --info: --multirun and --info cannot be given together: one at a time\n"),
+    (("train", "hydra.searchpath=[s3://bucket/conf]"),
+     "error: hydra.searchpath: 's3://bucket/conf': Hydra reads no config source s3://\n"
+     "  allowed: file://, pkg://, structured://\n  hint: a folder: file:///abs/path\n"),
+])
+def test_what_hydra_answers_with_a_traceback_is_one_message(run_main, tmp_path: Path, args: tuple, message: str) -> None:
+    result = run_main(*args, cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (2, message)
+    assert list(tmp_path.iterdir()) == []
