@@ -91,9 +91,21 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         forget_validated()
 
 
-def _help_groups() -> str:  # --help: as Hydra lists them, less Hydra's own and the generated *_defaults
-    return GlobalHydra.instance().hydra.format_config_groups(
-        lambda group: group.partition("/")[0] != "hydra" and not group.endswith("_defaults"))
+def _help_groups() -> str:
+    """--help's groups, as Hydra lists them less Hydra's own and the generated ``*_defaults``, read from one
+    repository (Hydra's own listing copies its whole config store for every group it looks at)."""
+    _, repo = GlobalHydra.instance().hydra.config_loader._parse_overrides_and_create_caching_repo(None, [])
+    lines, parents = [], [""]
+    while parents:
+        parent = parents.pop()
+        for name in repo.get_group_options(parent, ObjectType.GROUP):
+            group = f"{parent}/{name}" if parent else name
+            if group.partition("/")[0] == "hydra" or group.endswith("_defaults"):
+                continue
+            if options := repo.get_group_options(group, ObjectType.CONFIG):
+                lines.append(f"{group}: {', '.join(sorted(options))}")
+            parents.append(group)
+    return "".join(f"{line}\n" for line in sorted(lines))
 
 
 def _set_env(name: str, value: str | None) -> None:
