@@ -3,9 +3,9 @@
 
 Job numbers are trial numbers: a job's directory (``<trial>_<launch id>``) names its trial, whether the study is
 continued or shared by several processes (each asks its own trials of the stored study, so no trial runs twice).
-A seeded sampler is seeded anew before each trial with ``seed + trials stored``: a continued or shared study
-draws new points, and the same study grows the same way from the same seed (the grid sampler keeps its seed: it
-fixes the order of the grid).
+A seeded sampler is seeded anew before each trial from ``(seed, trials stored)`` (:func:`trial_seed`): a continued
+or shared study draws new points, the same study grows the same way from the same seed, and workers of one shared
+study given other seeds draw apart (the grid sampler keeps its seed: it fixes the order of the grid).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
@@ -42,6 +43,12 @@ from modelforge.train.records import write_text, write_yaml
 
 log = logging.getLogger(__name__)
 RESULTS_FILE = "optimization_results.yaml"
+
+
+def trial_seed(seed: int, stored: int) -> int:
+    """The sampler's seed for the trial asked after ``stored`` trials: mixed, not ``seed + stored``, under which
+    workers seeded 0 and 1 of one shared study would reseed alike, one trial apart, and draw the same points."""
+    return int(np.random.SeedSequence([seed, stored]).generate_state(1)[0])
 
 
 def check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
@@ -138,7 +145,7 @@ class OptunaSearch:
         # Not the grid sampler: its seed shuffles the grid, which must stay one order.
         if self.settings.seed is not None and self.grid is None:
             stored = len(study.get_trials(deepcopy=False))
-            study.sampler = self.settings.make_sampler(self.settings.seed + stored, self.grid)
+            study.sampler = self.settings.make_sampler(trial_seed(self.settings.seed, stored), self.grid)
         if not conditions:
             return study.ask(space)
         trial = study.ask()

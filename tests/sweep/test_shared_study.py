@@ -62,8 +62,8 @@ def test_two_processes_share_one_study_and_never_run_a_trial_twice(tmp_path: Pat
         run_dir = Path(trial.user_attrs["run_dir"])
         assert run_dir == ran[trial.number]
         assert json.loads((run_dir / "metrics.json").read_text())["val/acc"] == trial.value
-    # Points are not compared: a seeded sampler is reseeded with seed + trials stored, and two processes that
-    # read the count at the same instant draw alike (the README says to give each worker its own seed).
+    # Points are not compared: both workers have the same seed, and two processes that read the trial count at the
+    # same instant reseed alike (the README says to give each worker its own seed; test_search_space pins why).
 
 
 def _optuna_storage(url: str):
