@@ -135,7 +135,8 @@ class ClassifierModule(pl.LightningModule):
         self._update_accuracy(stage)
         accuracy = self.acc[f"{stage}_acc"]
         if accuracy.update_count:
-            self.log(f"{stage}/acc", accuracy.compute(), prog_bar=True)
+            # compute() already syncs over ranks; sync_dist averages equal values and tells Lightning it is synced
+            self.log(f"{stage}/acc", accuracy.compute(), prog_bar=True, sync_dist=True)
         accuracy.reset()
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:

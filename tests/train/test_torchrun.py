@@ -96,6 +96,7 @@ def test_torchrun_ranks_share_one_run_dir_and_train_as_lightnings_launcher(light
                    *tiny_cli_args(tiny_mnist), *DDP], tmp_path)
     code, err = _finish(proc)
     assert code == 0, err[-3000:]
+    assert "sync_dist=True" not in err  # accuracy is synced by torchmetrics, and Lightning is told so
     [metrics_file] = (tmp_path / "outputs").rglob("metrics.json")
     run_dir = metrics_file.parent  # outputs/train/DATE/TIME_SUFFIX, the only one
     assert list((tmp_path / "outputs" / "train").iterdir()) == [run_dir.parent]
