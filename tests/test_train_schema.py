@@ -54,13 +54,32 @@ def test_composition_is_typed_by_the_schema_and_keeps_the_groups() -> None:
     assert cfg.data.seed == 3  # data.seed follows ${seed}
 
 
+@pytest.mark.parametrize(("override", "message"), [
+    ("seed=abc", "seed: expected int or null, got str 'abc'\n  allowed: int or null"),
+    ("seed=1.5", "seed: expected int or null, got float 1.5"),
+    ("label_smoothing=x", "label_smoothing: expected float, got str 'x'\n  allowed: float"),
+    ("compile=maybe", "compile: expected bool, got str 'maybe'"),
+    ("enc_sizes=3", "enc_sizes: expected list of int or null, got int 3"),
+    ("enc_sizes=[32,a]", "enc_sizes[1]: expected int, got str 'a'"),
+    ("divergence.max_loss=abc", "divergence.max_loss: expected float or null, got str 'abc'"),
+    ("divergence=3", "divergence: expected mapping or null, got int 3"),
+    ("init.strict=maybe", "init.strict: expected bool, got str 'maybe'"),
+])
+def test_a_value_of_the_wrong_type_is_refused_at_composition(override: str, message: str) -> None:
+    assert _refusal(override).startswith(message)
+
+
+def test_an_unknown_key_is_named_with_the_closest() -> None:
+    assert _refusal("init.fro=x") == "init.fro: no key 'fro' at 'init'\n  did you mean 'from'?\n  allowed: from, map, strict"
+
+
 def test_an_unknown_top_level_key_exits_2_and_plus_still_adds_it(run_main, tmp_path: Path) -> None:
     """The typed top level names the key with did-you-mean and keeps the + hint (seed=abc: test_run_checks)."""
     result = run_main("train", "sed=1", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("error: sed: no key 'sed' at the top level of the config\n  did you mean 'seed'?\n")
     assert result.stderr.endswith("  hint: to add a key that is not in the config, write +sed=...\n")
-    assert list(tmp_path.iterdir()) == []
+    assert "Traceback" not in result.stderr and list(tmp_path.iterdir()) == []
 
 
 def test_a_plain_dict_takes_the_defaults_and_types_of_composition() -> None:
