@@ -51,15 +51,6 @@ def trial_seed(seed: int, stored: int) -> int:
     return int(np.random.SeedSequence([seed, stored]).generate_state(1)[0])
 
 
-def check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
-    if n_trials < 0:
-        raise ConfigError(f"{SWEEPER}.n_trials", f"must be 0 or more, got {n_trials}")
-    if n_jobs < 1:
-        raise ConfigError(f"{SWEEPER}.n_jobs", f"must be 1 or more (trials asked for at once), got {n_jobs}")
-    if not 0.0 <= max_failure_rate <= 1.0:
-        raise ConfigError(f"{SWEEPER}.max_failure_rate", f"must be in [0, 1], got {max_failure_rate}")
-
-
 class OptunaSearch:
     """The ask-launch-tell loop of one sweep; ``validate_batch`` composes each job's config before it is launched."""
 
@@ -71,7 +62,6 @@ class OptunaSearch:
         self.settings: SearchSettings = search_settings(options, config.get("monitor"), launcher_target)
         self.n_trials, self.n_jobs = int(options["n_trials"]), int(options["n_jobs"])
         self.max_failure_rate = float(options["max_failure_rate"])
-        check_counts(self.n_trials, self.n_jobs, self.max_failure_rate)
         self.params = dict(options.get("params") or {})
         self.raw_conditions = to_plain(options.get("conditions"))
         self.config, self.launcher, self.validate_batch = config, launcher, validate_batch

@@ -74,6 +74,8 @@ class SearchSettings:
 def search_settings(sweeper: Mapping[str, Any], monitor: str | None, launcher: str | None) -> SearchSettings:
     """Check ``hydra.sweeper`` of an Optuna search; ``monitor``: the run's (the default objective);
     ``launcher``: ``hydra.launcher._target_`` (pruning needs the trial in this process)."""
+    _check_counts(int(sweeper.get("n_trials", 0)), int(sweeper.get("n_jobs", 1)),
+                  float(sweeper.get("max_failure_rate", 0.0)))
     objectives = tuple(str(o) for o in sweeper.get("objectives") or [monitor or "val/acc"])
     directions = _directions(sweeper.get("direction"), sweeper.get("directions"), objectives)
     sampler = str(sweeper.get("sampler") or ("tpe" if len(objectives) == 1 else "nsgaii"))
@@ -100,6 +102,15 @@ def search_settings(sweeper: Mapping[str, Any], monitor: str | None, launcher: s
                           seed=None if seed is None else int(seed), pruner=pruner,
                           sampler_options=_options("sampler", SAMPLERS[sampler], sweeper.get("sampler_options")),
                           pruner_options=_options("pruner", PRUNERS[pruner], sweeper.get("pruner_options")))
+
+
+def _check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
+    if n_trials < 0:
+        raise ConfigError(f"{SWEEPER}.n_trials", f"must be 0 or more, got {n_trials}")
+    if n_jobs < 1:
+        raise ConfigError(f"{SWEEPER}.n_jobs", f"must be 1 or more (trials asked for at once), got {n_jobs}")
+    if not 0.0 <= max_failure_rate <= 1.0:
+        raise ConfigError(f"{SWEEPER}.max_failure_rate", f"must be in [0, 1], got {max_failure_rate}")
 
 
 def _directions(direction: Any, directions: Any, objectives: Sequence[str]) -> tuple[str, ...]:

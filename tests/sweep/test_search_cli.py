@@ -72,6 +72,7 @@ def test_the_grid_sampler_runs_each_point_once(sweep_here, tmp_path: Path) -> No
     (["hydra.sweeper.storage=redis://localhost/0"], "error: hydra.sweeper.storage: 'redis://localhost/0' is not a "
                                                     "storage Optuna can open\n  allowed: sqlite:///FILE"),
     (["hydra.sweeper.directions=[maximize,minimize]"], "error: hydra.sweeper.objectives: 2 directions"),
+    (["hydra.sweeper.n_trials=-1"], "error: hydra.sweeper.n_trials: must be 0 or more, got -1"),
     (["model.dropout=interval(0.0, 0.5)", "hydra.sweeper.sampler=grid"],
      "error: hydra.sweeper.params.optim.lr: the grid sampler needs a finite set of values"),
 ])
