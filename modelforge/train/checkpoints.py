@@ -158,6 +158,35 @@ def failure_record(reason: BaseException, run_dir: Path) -> dict[str, Any]:
     return failure
 
 
+# What decides the optimizer's class and how it groups the parameters: a resume must keep them.
+OPTIMIZER_KEYS = ("optim._target_", "freeze", "optim.param_groups", "optim.no_decay_norm_bias")
+
+
+def check_optimizer_fits(ckpt: dict[str, Any], ckpt_path: str, optimizer: torch.optim.Optimizer,
+                         config: dict[str, Any]) -> None:
+    """Refuse a resume whose optimizer differs from the checkpoint's in class or parameter groups: torch would
+    fail while Lightning restores it, or (another class) read state of the wrong kind."""
+    if not (states := ckpt.get("optimizer_states")):
+        return
+
+    def value(cfg: Any, key: str) -> Any:
+        for part in key.split("."):
+            cfg = cfg.get(part) if isinstance(cfg, dict) else None
+        return cfg or None  # [] and null alike: nothing frozen
+
+    stored = ckpt["hyper_parameters"]["config"]
+    saved, now = [len(g["params"]) for g in states[0]["param_groups"]], [len(g["params"]) for g in optimizer.param_groups]
+    if saved == now and value(stored, OPTIMIZER_KEYS[0]) == value(config, OPTIMIZER_KEYS[0]):
+        return
+    changed = [f"{k}={value(stored, k)} then, {value(config, k)} now" for k in OPTIMIZER_KEYS
+               if value(stored, k) != value(config, k)]
+    raise ConfigError("ckpt_path", f"a resume continues the checkpoint's optimizer ({value(stored, 'optim._target_')}, "
+                      f"parameter groups of {saved} tensors), but this config builds {type(optimizer).__name__} with "
+                      f"{now}" + (f": {'; '.join(changed)}" if changed else ""),
+                      hint="resume with the run's own freeze and optim settings, or start a new run from these "
+                           f"weights, with a fresh optimizer: init.from={ckpt_path}")
+
+
 def check_epochs_left(ckpt: dict[str, Any], trainer_cfg: dict[str, Any]) -> None:
     """Refuse a resume that has no epoch left to train (it would test the weights again and stop)."""
     done = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {}).get("processed")

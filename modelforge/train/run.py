@@ -28,10 +28,15 @@ from modelforge.inspect.summary import describe_model
 from modelforge.sweep.pruning import pruning_record
 from modelforge.train import launch
 from modelforge.train.callbacks import early_stop_summary
-from modelforge.train.checkpoints import check_epochs_left, failure_record
+from modelforge.train.checkpoints import (
+    check_epochs_left,
+    check_optimizer_fits,
+    failure_record,
+)
 from modelforge.train.console import quiet_third_party, run_log
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
+from modelforge.train.optim import build_optimizer
 from modelforge.train.records import (
     claim_run_dir,
     current_run_dir,
@@ -64,6 +69,7 @@ def _prepare(run: RunConfig, run_dir: Path) -> tuple[ClassifierModule, pl.Traine
     if ckpt is not None:
         check_fits(ckpt, module)
         check_epochs_left(ckpt, run.config.get("trainer") or {})
+        check_optimizer_fits(ckpt, run.ckpt_path, build_optimizer(model, run.config["optim"]), run.config)
     trainer = build_trainer(run.config, run_dir, run.plugins)
     trainer.callbacks.extend(run.transfer.callbacks())  # last: their hooks run after a weight-averaging one's
     check_precision(run.plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
@@ -206,6 +212,7 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
         log.info("evaluating the %s weights of %s (the run averaged its weights; the trained ones are its "
                  "current_model_state)", averaging, plain["ckpt_path"])
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
+    claim_run_dir(run_dir, "eval")  # its eval_metrics.json must replace no earlier record (the CLI's: taken over)
     for plugin in plugins:  # a layer pattern that matches nothing fails now, before testing
         plugin.attach(model, run_dir=run_dir).remove()
     trainer = build_trainer({**stored, "trainer": plain.get("trainer") or {}, "hooks": None, "logger": None},

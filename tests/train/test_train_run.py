@@ -66,6 +66,13 @@ def test_eval_reproduces_the_test_metrics(trained_run: Path, tiny_mnist: Path, t
     recorded = json.loads((trained_run / "metrics.json").read_text())
     assert results["test/acc"] == pytest.approx(recorded["test/acc"], abs=1e-6)
     assert results["test/loss"] == pytest.approx(recorded["test/loss"], rel=1e-5)
+    # A second evaluate() into the same directory would replace its record: refused, the first left whole.
+    first = (tmp_path / "eval_metrics.json").read_text()
+    with pytest.raises(ConfigError, match=r"hydra.run.dir: .* already holds a run \(eval_metrics.json\)"):
+        evaluate(cfg, run_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"already holds a run \(metrics.json, config.yaml"):
+        evaluate(cfg, run_dir=trained_run)  # nor into the training run's own directory
+    assert (tmp_path / "eval_metrics.json").read_text() == first
 
 
 def test_accuracy_counts_every_image_whatever_the_batching(trained_run: Path, tiny_mnist: Path, tmp_path: Path,
@@ -133,6 +140,28 @@ def test_ctrl_c_mid_epoch_keeps_a_checkpoint_to_resume_from(tiny_mnist: Path, tm
     train(compose_train(tiny_mnist, *args, f"ckpt_path={saved}"), run_dir=tmp_path / "resumed")
     resumed = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
     assert resumed["status"] == "finished" and resumed["global_step"] == 8 and resumed["epochs"] == 2
+
+
+def test_a_resume_that_regroups_or_swaps_the_optimizer_is_refused_before_training(tiny_mnist: Path,
+                                                                                   tmp_path: Path) -> None:
+    """torch would fail mid-restore (other group sizes) or read another optimizer's state: refused with the keys."""
+    args = ("model=cnn", "enc_sizes=[8,16]", "dec_sizes=[16]", "trainer.max_epochs=1")
+    train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "a")
+    last = tmp_path / "a" / "checkpoints" / "last.ckpt"
+    more = (*args[:3], "trainer.max_epochs=2", f"ckpt_path={last}")
+    with pytest.raises(ConfigError, match=r"ckpt_path: a resume continues the checkpoint's optimizer \(torch.optim.Adam, "
+                                          r"parameter groups of \[12\] tensors\), but this config builds Adam with "
+                                          r"\[8\]: freeze=None then, \['encoder.0.\*'\] now") as refused:
+        train(compose_train(tiny_mnist, *more, "freeze=[encoder.0.*]"), run_dir=tmp_path / "b")
+    assert f"init.from={last}" in str(refused.value)
+    record = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert record["status"] == "failed" and record["stage"] == "setup"
+    assert not (tmp_path / "b" / "checkpoints").exists()  # refused before fit: no interrupted.ckpt
+    with pytest.raises(ConfigError, match=r"builds SGD with \[12\]: optim._target_=torch.optim.Adam then, "
+                                          r"torch.optim.SGD now"):
+        train(compose_train(tiny_mnist, *more, "optim=sgd"), run_dir=tmp_path / "c")
+    train(compose_train(tiny_mnist, *more), run_dir=tmp_path / "d")  # as the run had it: resumes
+    assert json.loads((tmp_path / "d" / "metrics.json").read_text())["epochs_this_run"] == 1
 
 
 def test_resuming_a_finished_run_with_no_epoch_left_says_so(tiny_mnist: Path, tmp_path: Path) -> None:
