@@ -13,6 +13,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -185,10 +186,18 @@ class IdxDataModule(IdxOptions, pl.LightningDataModule):
             self.train_sampler.resume(seed, epoch, skip)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, self.eval_batch_size)
+        return self._eval_loader(self.val_set)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, self.eval_batch_size)
+        return self._eval_loader(self.test_set)
+
+    def _eval_loader(self, dataset: MnistBatches | None) -> DataLoader:
+        """Under DDP every image is evaluated once: Lightning's DistributedSampler would repeat some to even out
+        the ranks (10,000 test images on 3 ranks: 2 counted twice); this one leaves them one sample apart."""
+        world = getattr(self.trainer, "world_size", 1)
+        sampler = UnrepeatedDistributedSampler(self._ready(dataset), num_replicas=world, rank=self.trainer.global_rank,
+                                               shuffle=False) if world > 1 else None
+        return self._loader(dataset, self.eval_batch_size, sampler=sampler)
 
     def _loader(self, dataset: MnistBatches | None, batch_size: int, **kwargs: Any) -> DataLoader:
         dataset = self._ready(dataset)

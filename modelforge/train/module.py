@@ -124,8 +124,11 @@ class ClassifierModule(pl.LightningModule):
     def _log_epoch(self, stage: str) -> None:
         """``<stage>/loss`` (mean over samples) and ``<stage>/acc`` of the epoch, as Lightning's
         ``on_epoch=True`` logged them; averaged over DDP ranks (accuracy syncs its own state)."""
-        seen, total = self._seen.pop(stage, 0), self._loss_sum.pop(stage, None)
-        if seen and total is not None:
+        seen, total = self._seen.pop(stage, 0), self._loss_sum.pop(stage, 0.0)
+        if self.trainer.world_size > 1:  # over every rank's samples: evaluation leaves ranks one sample apart
+            summed = self.trainer.strategy.reduce(torch.tensor([float(total), seen], device=self.device), reduce_op="sum")
+            total, seen = summed[0], int(summed[1])
+        if seen:
             mean = total / seen
             if stage == "train":  # the names Lightning gave a step-and-epoch value: train/loss_epoch
                 self.log("train/loss_epoch", mean, prog_bar=True, sync_dist=True)

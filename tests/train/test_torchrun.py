@@ -129,6 +129,25 @@ def test_two_torchrun_nodes_train_one_model(lightning_run, tiny_mnist: Path, tmp
     _assert_same(tmp_path / "run", lightning_run)  # one process on each of two nodes = two on one
 
 
+@pytest.mark.e2e
+def test_eval_on_three_torchrun_ranks_counts_every_test_image_once(tiny_mnist: Path, tmp_path: Path) -> None:
+    """64 test images on 3 ranks: Lightning's DistributedSampler would count 2 twice (and advise against it)."""
+    from modelforge.train import evaluate, train
+
+    train(compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=1"),
+          run_dir=tmp_path / "run")
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    single = evaluate(compose_train(tiny_mnist, f"ckpt_path={ckpt}"), run_dir=tmp_path / "single")
+    proc = _start(["-m", "torch.distributed.run", "--nproc_per_node=3", "-m", "modelforge", "eval",
+                   *tiny_cli_args(tiny_mnist), "trainer=ddp_cpu", f"ckpt_path={ckpt}", "hydra.run.dir=ddp"], tmp_path)
+    code, err = _finish(proc)
+    assert code == 0, err[-3000:]
+    assert "DistributedSampler" not in err
+    ddp = json.loads((tmp_path / "ddp" / "eval_metrics.json").read_text())
+    assert ddp["test/acc"] == single["test/acc"] and round(ddp["test/acc"] * 64) == ddp["test/acc"] * 64
+    assert ddp["test/loss"] == pytest.approx(single["test/loss"], rel=1e-6)  # the mean over all 64, not of 3 means
+
+
 def _endless(tiny_mnist: Path, run_dir: Path) -> subprocess.Popen:
     return _start(["-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "modelforge", "train",
                    *tiny_cli_args(tiny_mnist), *DDP, "trainer.max_epochs=100000", f"hydra.run.dir={run_dir}"],
