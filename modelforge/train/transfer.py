@@ -31,9 +31,8 @@ from modelforge.deploy.load import (
     read_torch_file,
     resolve_checkpoint,
 )
-from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_names
+from modelforge.errors import CheckpointError, ConfigError, closest_globs
 
-INIT_KEYS = ("from", "map", "strict")
 # Prefixes a whole state_dict may carry from its wrapper: a LightningModule's attribute, DataParallel /
 # AveragedModel, torch.compile(module). Removed when every key has one and the model has no such child.
 WRAPPER_PREFIXES = ("model.", "module.", "_orig_mod.")
@@ -133,16 +132,19 @@ def _first(names: tuple[str, ...] | list[str]) -> str:
 
 
 def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bool = False) -> Transfer:
-    """Check ``init``, ``freeze`` and ``freeze_bn`` of a run config and apply them to its built ``model``.
+    """Apply ``init``, ``freeze`` and ``freeze_bn`` of a run config (typed by TrainConfig: ``typed_train_config``)
+    to its built ``model``, checking what the schema cannot type (``init.map``, ``freeze``) and the files.
 
     A resumed run (``resuming``) takes its weights from ``ckpt_path``: ``init.from`` is checked, not loaded.
     """
-    source, mapping, strict = _init_options(run_cfg.get("init") or {})
+    init = run_cfg.get("init") or {}
+    source, mapping, strict = init.get("from"), init.get("map") or {}, bool(init.get("strict"))
+    check_type(mapping, dict[str, Any], "init.map")
+    for glob, target in mapping.items():
+        check_type(target, str | None, f"init.map.{glob}")
     globs = run_cfg.get("freeze") or []
     globs = [globs] if isinstance(globs, str) else globs
     check_type(globs, list[str], "freeze")
-    freeze_bn = run_cfg.get("freeze_bn", True)
-    check_type(freeze_bn, bool, "freeze_bn")
     report, skipped = None, None
     if source is not None and resuming:
         found, _ = resolve_checkpoint(source, "init.from")
@@ -154,26 +156,10 @@ def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bo
     elif mapping or strict:
         raise ConfigError("init.map" if mapping else "init.strict", "applies to the weights of init.from, which is unset",
                           hint="init.from=RUN_DIR_OR_FILE")
-    return Transfer(report, freeze(model, globs, freeze_bn), skipped)
+    return Transfer(report, freeze(model, globs, run_cfg.get("freeze_bn", True)), skipped)
 
 
 # --- init.from ---------------------------------------------------------------------------------
-
-def _init_options(init: Any) -> tuple[str | None, dict[str, str | None], bool]:
-    """``init``'s ``from``, ``map`` and ``strict``, checked."""
-    check_type(init, dict[str, Any], "init")
-    for key in init:
-        if key not in INIT_KEYS:
-            raise ConfigError(f"init.{key}", f"init has no option {key!r}", allowed=INIT_KEYS,
-                              suggestions=closest_names(str(key), INIT_KEYS))
-    source, mapping, strict = init.get("from"), init.get("map") or {}, init.get("strict", False)
-    check_type(source, str | None, "init.from")
-    check_type(mapping, dict[str, Any], "init.map")
-    for glob, target in mapping.items():
-        check_type(target, str | None, f"init.map.{glob}")
-    check_type(strict, bool, "init.strict")
-    return source, dict(mapping), strict
-
 
 def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, str | None] | None = None,
                       strict: bool = False, key: str = "init.from") -> InitReport:

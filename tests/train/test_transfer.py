@@ -10,7 +10,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from modelforge import CheckpointError, ConfigError, build_model
-from modelforge.config import conf_dir, load_config
+from modelforge.config import conf_dir, load_config, typed_train_config
 from modelforge.deploy.load import resolve_checkpoint
 from modelforge.train import evaluate, train
 from modelforge.train.run_config import validate_run_config
@@ -160,14 +160,15 @@ def test_init_map_renames_by_glob_and_drops_on_null(tmp_path: Path) -> None:
     ({"map": {"encoder.*": "x"}}, ConfigError, r"the two sides need the same wildcards"),
     ({"map": {"head.*": "decoder.0.linear.*"}}, ConfigError,
      r"^init.map: 'decoder.0.linear.weight' and 'head.weight' of .* would both load into 'decoder.0.linear.weight'$"),
-    ({"strict": "yes"}, ConfigError, r"^init.strict: expected bool"),
-    ({"stric": True}, ConfigError, r"^init.stric: init has no option 'stric'\n  did you mean 'strict'\?"),
+    ({"map": {"head.*": 3}}, ConfigError, r"^init.map.head.\*: expected str or null, got int 3"),
+    ({"strict": "maybe"}, ConfigError, r"^init.strict: expected bool, got str 'maybe'"),  # the schema's
+    ({"stric": True}, ConfigError, r"^init.stric: no key 'stric' at 'init'\n  did you mean 'strict'\?"),
 ])
 def test_bad_init_options_are_one_message(init: dict, error: type, match: str, tmp_path: Path) -> None:
     torch.save(build_model({"name": "cnn", "enc_sizes": [8]}).state_dict(), tmp_path / "weights.pt")
-    with pytest.raises(error, match=match):
-        apply_transfer({"init": {"from": str(tmp_path / "weights.pt"), **init}}, build_model({"name": "cnn",
-                                                                                            "enc_sizes": [8]}))
+    with pytest.raises(error, match=match):  # typed as validate_run_config types it, then applied
+        apply_transfer(typed_train_config({"init": {"from": str(tmp_path / "weights.pt"), **init}}),
+                       build_model({"name": "cnn", "enc_sizes": [8]}))
 
 
 def test_a_resumed_run_checks_init_from_but_takes_its_weights_from_ckpt_path(source_run: Path) -> None:
