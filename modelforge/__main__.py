@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     from modelforge.cli.commands import TASKS, list_names
     from modelforge.errors import ModelforgeError
 
+    from modelforge.train import launch  # Lightning-free
+
+    if name not in ("train", "eval") and launch.started_together():  # each rank would do the whole job
+        print(f"error: `{name}` runs in one process, but {launch.external_launcher()} started "
+              f"{launch.world_size()}\n  hint: python -m modelforge {name} ...", file=sys.stderr)
+        return 2
     if name != "list":
         from modelforge.cli.app import run
 

@@ -199,6 +199,19 @@ def test_under_torchrun_the_trainer_must_match_its_processes(tiny_mnist: Path, m
         check_trainer_options({**trainer, "num_nodes": 1})
 
 
+@pytest.mark.parametrize("command", ["summary", "export", "predict", "list"])
+def test_a_one_process_command_under_torchrun_is_refused(command: str, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Each rank would do the whole job (predict: two processes writing one file, printing every row twice)."""
+    from modelforge.__main__ import main
+
+    for key, value in {"TORCHELASTIC_RUN_ID": "t", "RANK": "1", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    assert main([command, "ckpt_path=RUN"]) == 2
+    assert capsys.readouterr().err == (f"error: `{command}` runs in one process, but torchrun started 2\n"
+                                       f"  hint: python -m modelforge {command} ...\n")
+
+
 class _Store:
     """What rank_zero_decides uses of torch's TCPStore; a missing key is a timeout."""
 
