@@ -40,6 +40,7 @@ from modelforge.train.records import EXIT_CONFIG_ERROR, refuse
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's documented switch: raise errors instead of printing them
 SEARCH_SPACE = "hydra.sweeper.params"  # the Optuna sweeper's; its keys hold dots (optim.lr)
+CONDITIONS = "hydra.sweeper.conditions"  # {KEY: {OTHER: VALUES}}, dotted keys too
 
 
 def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) -> int:
@@ -154,6 +155,16 @@ class CommandLine:
             if (scheme := folder.partition("://")[0] if "://" in folder else "file") not in CONFIG_SOURCES:
                 raise ConfigError("hydra.searchpath", f"{folder!r}: Hydra reads no config source {scheme}://",
                                   allowed=[f"{s}://" for s in CONFIG_SOURCES], hint="a folder: file:///abs/path")
+        for override in self.overrides:  # dotted keys would be split into nested keys as they merge
+            key, value = override.key_or_group, None if override.is_delete() else _values(override)[:1]
+            dotted = "." in key.removeprefix(CONDITIONS).lstrip(".") or any(map(_dotted_keys, value or []))
+            if value and dotted and (key in (SEARCH_SPACE, CONDITIONS) or key.startswith(f"{CONDITIONS}.")):
+                raise ConfigError(key, "a search's structure is not read from the command line: OmegaConf would "
+                                  "split the dotted keys of a {...} into nested keys", hint=(
+                                      "with -m, write each searched key as a sweep of itself: "
+                                      "'model.nodes.c3.block=choice(c2f,yolo_bottleneck)'" if key == SEARCH_SPACE else
+                                      "write hydra.sweeper.conditions in a search config, as "
+                                      "conf/hparams_search/architecture.yaml does (yours: --config-dir DIR)"))
         for folder in (f.removeprefix("file://") for f in self.folders if f.startswith("file://")):
             for path in sorted(Path(folder).expanduser().rglob("*.y*ml")):
                 check_yaml_file(path)
@@ -178,6 +189,10 @@ def _values(override: Override) -> list[Any]:
     except Exception:  # noqa: BLE001 - glob() and interval() sweeps list nothing
         return []
     return value if isinstance(value, list) else [value]
+
+
+def _dotted_keys(value: Any) -> bool:
+    return isinstance(value, dict) and any("." in str(k) or _dotted_keys(v) for k, v in value.items())
 
 
 def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None:

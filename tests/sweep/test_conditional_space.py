@@ -108,3 +108,25 @@ def test_the_grid_sampler_refuses_conditions(sweep_here, tmp_path: Path) -> None
     assert result.returncode == 2
     assert result.stderr.startswith("error: hydra.sweeper.conditions: the grid sampler draws every key in every trial")
     assert not list((tmp_path / "sweep").glob("*/metrics.json"))
+
+
+def test_conditions_with_dotted_keys_on_the_command_line_are_refused_with_where_to_write_them(sweep_here,
+                                                                                              tmp_path: Path) -> None:
+    result = sweep_here("hparams_search=architecture", f"hydra.sweeper.conditions={{{HIDDEN}: {{{BLOCK}: c2f}}}}")
+    assert result.returncode == 2
+    assert result.stderr == ("error: hydra.sweeper.conditions: a search's structure is not read from the command "
+                             "line: OmegaConf would split the dotted keys of a {...} into nested keys\n  hint: write "
+                             "hydra.sweeper.conditions in a search config, as conf/hparams_search/architecture.yaml "
+                             "does (yours: --config-dir DIR)\n")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_condition_on_top_level_keys_can_be_added_on_the_command_line(sweep_here, tmp_path: Path) -> None:
+    """Undotted keys merge as written (the sweeper's conditions default to {}, which OmegaConf can merge into)."""
+    result = sweep_here("hparams_search=optuna", "hydra.sweeper.n_trials=4", "trainer.fast_dev_run=true",
+                        "+hydra.sweeper.conditions.enc_sizes={activation: gelu}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    study = optuna.load_study(study_name="modelforge", storage=f"sqlite:///{tmp_path}/sweep/optuna.db")
+    assert len(study.trials) == 4
+    assert all(("enc_sizes" in t.params) == (t.params["activation"] == "gelu") for t in study.trials)
+    assert "gelu" in {t.params["activation"] for t in study.trials} != {"gelu"}  # seed 0: both kinds of trial
