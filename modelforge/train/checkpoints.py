@@ -176,7 +176,8 @@ def check_optimizer_fits(ckpt: dict[str, Any], ckpt_path: str, optimizer: torch.
 
     stored = ckpt["hyper_parameters"]["config"]
     saved, now = [len(g["params"]) for g in states[0]["param_groups"]], [len(g["params"]) for g in optimizer.param_groups]
-    if saved == now and value(stored, OPTIMIZER_KEYS[0]) == value(config, OPTIMIZER_KEYS[0]):
+    stored_class = str(value(stored, "optim._target_") or "").rpartition(".")[2]  # by name: a path may differ
+    if saved == now and stored_class in ("", type(optimizer).__name__):  # "": a checkpoint from before _target_
         return
     changed = [f"{k}={value(stored, k)} then, {value(config, k)} now" for k in OPTIMIZER_KEYS
                if value(stored, k) != value(config, k)]

@@ -160,7 +160,8 @@ def test_a_resume_that_regroups_or_swaps_the_optimizer_is_refused_before_trainin
     with pytest.raises(ConfigError, match=r"builds SGD with \[12\]: optim._target_=torch.optim.Adam then, "
                                           r"torch.optim.SGD now"):
         train(compose_train(tiny_mnist, *more, "optim=sgd"), run_dir=tmp_path / "c")
-    train(compose_train(tiny_mnist, *more), run_dir=tmp_path / "d")  # as the run had it: resumes
+    # As the run had it (the class by another of its paths): resumes.
+    train(compose_train(tiny_mnist, *more, "optim._target_=torch.optim.adam.Adam"), run_dir=tmp_path / "d")
     assert json.loads((tmp_path / "d" / "metrics.json").read_text())["epochs_this_run"] == 1
 
 
