@@ -52,10 +52,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from modelforge.train import launch  # Lightning-free
 
-    if name not in ("train", "eval") and launch.started_together():  # each rank would do the whole job
-        print(f"error: `{name}` runs in one process, but {launch.external_launcher()} started "
-              f"{launch.world_size()}\n  hint: python -m modelforge {name} ...", file=sys.stderr)
-        return 2
+    # Started by torchrun or srun, each rank would do the whole job: rank 0 does it. (Ranks, not the launcher's
+    # variables alone: an sbatch script that runs the command without srun is rank 0.)
+    if name not in ("train", "eval") and launch.global_rank() > 0 and launch.started_together():
+        print(f"`{name}` runs in one process: rank {launch.global_rank()} leaves it to rank 0", file=sys.stderr)
+        return 0
     if name != "list":
         from modelforge.cli.app import run
 

@@ -200,16 +200,19 @@ def test_under_torchrun_the_trainer_must_match_its_processes(tiny_mnist: Path, m
 
 
 @pytest.mark.parametrize("command", ["summary", "export", "predict", "list"])
-def test_a_one_process_command_under_torchrun_is_refused(command: str, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_one_process_command_under_torchrun_runs_on_rank_0_alone(command: str, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """Each rank would do the whole job (predict: two processes writing one file, printing every row twice)."""
     from modelforge.__main__ import main
 
     for key, value in {"TORCHELASTIC_RUN_ID": "t", "RANK": "1", "WORLD_SIZE": "2"}.items():
         monkeypatch.setenv(key, value)
-    assert main([command, "ckpt_path=RUN"]) == 2
-    assert capsys.readouterr().err == (f"error: `{command}` runs in one process, but torchrun started 2\n"
-                                       f"  hint: python -m modelforge {command} ...\n")
+    assert main([command, "ckpt_path=RUN"]) == 0
+    assert capsys.readouterr().err == f"`{command}` runs in one process: rank 1 leaves it to rank 0\n"
+    monkeypatch.setenv("RANK", "0")  # rank 0 does the job
+    assert main(["list", "activations"]) == 0
+    out, err = capsys.readouterr()
+    assert "leaves it to rank 0" not in err and "gelu" in out
 
 
 class _Store:
