@@ -102,6 +102,24 @@ def test_a_schedule_continued_from_a_step_matches_the_uninterrupted_one() -> Non
     assert _lrs(cfg, 40, last_step=9, restored_lr=uninterrupted[10]) == pytest.approx(uninterrupted[10:])
 
 
+@pytest.mark.parametrize("target", ["onecycle", "cosine", "warmup_cosine"])
+def test_a_schedule_re_planned_on_resume_follows_the_new_lr(target: str) -> None:
+    """The groups a resumed optimizer brings hold the old run's lr (initial_lr, OneCycleLR's max_lr, min_lr):
+    re-planned with another optim.lr, the schedule goes on as one planned with it from the start."""
+    cfg = {"_target_": f"modelforge.train.optim.{target}"}
+    old = torch.optim.SGD(_params(), lr=0.1)
+    old_schedule = build_scheduler(old, cfg, total_steps=30, lr=0.1)
+    for _ in range(10):
+        old.step()
+        old_schedule.step()
+    resumed = torch.optim.SGD(_params(), lr=0.01)
+    resumed.load_state_dict(old.state_dict())  # what Lightning restores from the checkpoint
+    assert resumed.param_groups[0]["initial_lr"] == pytest.approx(0.1 / 25 if target == "onecycle" else 0.1)
+    build_scheduler(resumed, cfg, total_steps=40, lr=0.01, last_step=9)
+    planned_so = _lrs(cfg, 40, lr=0.01)
+    assert resumed.param_groups[0]["lr"] == pytest.approx(planned_so[10])
+
+
 def test_every_torch_optimizer_is_registered_and_builds() -> None:
     from modelforge.registry import OPTIMIZERS
 

@@ -31,11 +31,11 @@ class OptunaSweeperConf:
     # Keyword arguments of the Optuna sampler and pruner: +hydra.sweeper.pruner_options.n_warmup_steps=1
     sampler_options: Dict[str, Any] = field(default_factory=dict)
     pruner_options: Dict[str, Any] = field(default_factory=dict)
-    # Empty dicts, not null: OmegaConf 2.3 cannot merge a command line's {...} into a null typed dict
-    # (omry/omegaconf#1360), so 'hydra.sweeper.conditions={KEY: {OTHER: VALUE}}' would be a traceback.
-    params: Dict[str, str] = field(default_factory=dict)  # the search space, in Hydra's override grammar
+    # Empty dicts by default, not null: OmegaConf 2.3 cannot merge into a null typed dict (omry/omegaconf#1360), so
+    # +hydra.sweeper.conditions.KEY={...} would be a traceback; null stays allowed (older configs write it).
+    params: Optional[Dict[str, str]] = field(default_factory=dict)  # the search space, in Hydra's override grammar
     # Conditional keys: {KEY: {OTHER: VALUE or [VALUES]}} draws KEY only where OTHER took one of those values
-    conditions: Dict[str, Any] = field(default_factory=dict)
+    conditions: Optional[Dict[str, Any]] = field(default_factory=dict)
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="modelforge_optuna", node=OptunaSweeperConf,

@@ -155,12 +155,15 @@ class CommandLine:
             if (scheme := folder.partition("://")[0] if "://" in folder else "file") not in CONFIG_SOURCES:
                 raise ConfigError("hydra.searchpath", f"{folder!r}: Hydra reads no config source {scheme}://",
                                   allowed=[f"{s}://" for s in CONFIG_SOURCES], hint="a folder: file:///abs/path")
-        for override in self.overrides:  # dotted keys would be split into nested keys as they merge
-            key, value = override.key_or_group, None if override.is_delete() else _values(override)[:1]
-            dotted = "." in key.removeprefix(CONDITIONS).lstrip(".") or any(map(_dotted_keys, value or []))
-            if value and dotted and (key in (SEARCH_SPACE, CONDITIONS) or key.startswith(f"{CONDITIONS}.")):
-                raise ConfigError(key, "a search's structure is not read from the command line: OmegaConf would "
-                                  "split the dotted keys of a {...} into nested keys", hint=(
+        for override in self.overrides:  # conditions.KEY.OTHER=VALUE: two levels, each a name without dots
+            key = override.key_or_group
+            if override.is_delete() or key not in (SEARCH_SPACE, CONDITIONS) and not key.startswith(f"{CONDITIONS}."):
+                continue
+            value, levels = (_values(override) or [None])[0], key.removeprefix(CONDITIONS).strip(".").split(".")
+            levels = [] if key == SEARCH_SPACE or levels == [""] else levels
+            if _dotted_keys(value) or len(levels) > 2 or len(levels) == 2 and isinstance(value, dict):
+                raise ConfigError(key, "OmegaConf would split the dotted names of a search's keys into nested keys "
+                                  "as it merges the command line", hint=(
                                       "with -m, write each searched key as a sweep of itself: "
                                       "'model.nodes.c3.block=choice(c2f,yolo_bottleneck)'" if key == SEARCH_SPACE else
                                       "write hydra.sweeper.conditions in a search config, as "

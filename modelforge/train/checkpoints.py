@@ -158,34 +158,39 @@ def failure_record(reason: BaseException, run_dir: Path) -> dict[str, Any]:
     return failure
 
 
-# What decides the optimizer's class and how it groups the parameters: a resume must keep them.
-OPTIMIZER_KEYS = ("optim._target_", "freeze", "optim.param_groups", "optim.no_decay_norm_bias")
+# What decides which parameters the optimizer holds and how it groups them: a resume must keep them.
+GROUPING_KEYS = ("freeze", "optim.param_groups", "optim.no_decay_norm_bias")
 
 
 def check_optimizer_fits(ckpt: dict[str, Any], ckpt_path: str, optimizer: torch.optim.Optimizer,
                          config: dict[str, Any]) -> None:
-    """Refuse a resume whose optimizer differs from the checkpoint's in class or parameter groups: torch would
-    fail while Lightning restores it, or (another class) read state of the wrong kind."""
-    if not (states := ckpt.get("optimizer_states")):
+    """Refuse a resume whose optimizer is not the checkpoint's: another class, or the parameters chosen or grouped
+    otherwise. torch would fail while Lightning restores it, or put one parameter's moments on another."""
+    hint = ("resume with the run's own freeze and optim settings, or start a new run from these weights with a fresh "
+            f"optimizer: leave out ckpt_path and give init.from={ckpt_path}")
+    if "optimizer_states" not in ckpt:
+        raise ConfigError("ckpt_path", f"{ckpt_path} holds weights but no optimizer state: it cannot be resumed",
+                          hint=hint.partition(", or ")[2])
+    if not (states := ckpt["optimizer_states"]):
         return
 
     def value(cfg: Any, key: str) -> Any:
         for part in key.split("."):
             cfg = cfg.get(part) if isinstance(cfg, dict) else None
-        return cfg or None  # [] and null alike: nothing frozen
+        return [cfg] if isinstance(cfg, str) and key == "freeze" else cfg or None  # [], {}, false, null: none
 
     stored = ckpt["hyper_parameters"]["config"]
+    changed = [f"{key}={value(stored, key) or 'unset'} then, {value(config, key) or 'unset'} now"
+               for key in GROUPING_KEYS if value(stored, key) != value(config, key)]
+    # The class by name (torch.optim.adam.Adam is torch.optim.Adam); a checkpoint from before _target_ has optim.name.
+    was = str(value(stored, "optim._target_") or value(stored, "optim.name") or "")
+    if was and was.rpartition(".")[2].lower() != type(optimizer).__name__.lower():
+        changed.insert(0, f"optimizer {was} then, {type(optimizer).__name__} now")
     saved, now = [len(g["params"]) for g in states[0]["param_groups"]], [len(g["params"]) for g in optimizer.param_groups]
-    stored_class = str(value(stored, "optim._target_") or "").rpartition(".")[2]  # by name: a path may differ
-    if saved == now and stored_class in ("", type(optimizer).__name__):  # "": a checkpoint from before _target_
-        return
-    changed = [f"{k}={value(stored, k)} then, {value(config, k)} now" for k in OPTIMIZER_KEYS
-               if value(stored, k) != value(config, k)]
-    raise ConfigError("ckpt_path", f"a resume continues the checkpoint's optimizer ({value(stored, 'optim._target_')}, "
-                      f"parameter groups of {saved} tensors), but this config builds {type(optimizer).__name__} with "
-                      f"{now}" + (f": {'; '.join(changed)}" if changed else ""),
-                      hint="resume with the run's own freeze and optim settings, or start a new run from these "
-                           f"weights, with a fresh optimizer: init.from={ckpt_path}")
+    if changed or saved != now:
+        raise ConfigError("ckpt_path", f"a resume continues the checkpoint's optimizer, whose parameter groups hold "
+                          f"{saved} tensors; this config builds {type(optimizer).__name__} with {now}"
+                          + (f": {'; '.join(changed)}" if changed else ""), hint=hint)
 
 
 def check_epochs_left(ckpt: dict[str, Any], trainer_cfg: dict[str, Any]) -> None:

@@ -128,6 +128,9 @@ def build_optimizer(model: nn.Module, optim_cfg: Mapping[str, Any]) -> torch.opt
 
 # --- schedules -------------------------------------------------------------------------------
 
+ONECYCLE_DIV, ONECYCLE_FINAL_DIV = 25.0, 1e4  # OneCycleLR's defaults: it starts at peak / 25, ends 1e4 lower still
+
+
 def constant(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, last_step: int = -1) -> None:
     """Constant learning rate."""
 
@@ -142,8 +145,11 @@ def onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_
     # plan at least that many; a run that stops earlier just never finishes the cycle.
     planned = max(total_steps, math.ceil(2 / pct_start) + 1)
     peaks = [lr * group.get("lr_mult", 1.0) * max_lr_factor for group in optimizer.param_groups]
-    return _LR_SCHEDULER.OneCycleLR(optimizer, max_lr=peaks, total_steps=planned,
-                                    pct_start=pct_start, last_epoch=last_step)
+    if last_step >= 0:  # re-planned on resume: OneCycleLR then reads its bounds from the groups (the old lr's)
+        for group, peak in zip(optimizer.param_groups, peaks):
+            group.update(max_lr=peak, initial_lr=peak / ONECYCLE_DIV, min_lr=peak / ONECYCLE_DIV / ONECYCLE_FINAL_DIV)
+    return _LR_SCHEDULER.OneCycleLR(optimizer, max_lr=peaks, total_steps=planned, pct_start=pct_start,
+                                    div_factor=ONECYCLE_DIV, final_div_factor=ONECYCLE_FINAL_DIV, last_epoch=last_step)
 
 
 def cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, min_lr: float = 0.0,
@@ -151,6 +157,9 @@ def cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, min_lr
     """Cosine annealing from optim.lr to min_lr over the run (CosineAnnealingLR), every batch."""
     if min_lr < 0:
         raise ConfigError("sched.min_lr", f"must be >= 0, got {min_lr}")
+    for group in optimizer.param_groups if last_step >= 0 else ():  # re-planned on resume: CosineAnnealingLR goes
+        base = lr * group.get("lr_mult", 1.0)  # on from the group's lr (the old plan's), so it starts on this plan
+        group["lr"] = min_lr + (base - min_lr) * (1 + math.cos(math.pi * (last_step + 1) / total_steps)) / 2
     return _LR_SCHEDULER.CosineAnnealingLR(optimizer, T_max=total_steps, eta_min=min_lr, last_epoch=last_step)
 
 
@@ -241,6 +250,9 @@ def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Mapping[str, An
                        _convert_="all")
     if isinstance(factory, type):
         return make(optimizer)
+    if last_step >= 0:  # re-planned on resume: torch's schedules take their base lr from the groups (the old one's)
+        for group in optimizer.param_groups:
+            group["initial_lr"] = lr * group.get("lr_mult", 1.0)
     scheduler = make(optimizer, total_steps=total_steps, lr=lr, last_step=last_step)
     if scheduler is not None:
         # Saved with the scheduler's state, so a resumed run can tell it was planned for another length.

@@ -114,8 +114,8 @@ def test_conditions_with_dotted_keys_on_the_command_line_are_refused_with_where_
                                                                                               tmp_path: Path) -> None:
     result = sweep_here("hparams_search=architecture", f"hydra.sweeper.conditions={{{HIDDEN}: {{{BLOCK}: c2f}}}}")
     assert result.returncode == 2
-    assert result.stderr == ("error: hydra.sweeper.conditions: a search's structure is not read from the command "
-                             "line: OmegaConf would split the dotted keys of a {...} into nested keys\n  hint: write "
+    assert result.stderr == ("error: hydra.sweeper.conditions: OmegaConf would split the dotted names of a search's "
+                             "keys into nested keys as it merges the command line\n  hint: write "
                              "hydra.sweeper.conditions in a search config, as conf/hparams_search/architecture.yaml "
                              "does (yours: --config-dir DIR)\n")
     assert not (tmp_path / "sweep").exists()
@@ -124,9 +124,17 @@ def test_conditions_with_dotted_keys_on_the_command_line_are_refused_with_where_
 def test_a_condition_on_top_level_keys_can_be_added_on_the_command_line(sweep_here, tmp_path: Path) -> None:
     """Undotted keys merge as written (the sweeper's conditions default to {}, which OmegaConf can merge into)."""
     result = sweep_here("hparams_search=optuna", "hydra.sweeper.n_trials=4", "trainer.fast_dev_run=true",
-                        "+hydra.sweeper.conditions.enc_sizes={activation: gelu}")
+                        "+hydra.sweeper.conditions.enc_sizes.activation=gelu")  # or enc_sizes={activation: gelu}
     assert result.returncode == 0, result.stderr[-2000:]
     study = optuna.load_study(study_name="modelforge", storage=f"sqlite:///{tmp_path}/sweep/optuna.db")
     assert len(study.trials) == 4
     assert all(("enc_sizes" in t.params) == (t.params["activation"] == "gelu") for t in study.trials)
     assert "gelu" in {t.params["activation"] for t in study.trials} != {"gelu"}  # seed 0: both kinds of trial
+
+
+def test_null_conditions_and_undotted_params_dicts_still_compose(run_main, tmp_path: Path) -> None:
+    """null was the default conditions (older search configs write it); a {...} of undotted keys merges as written."""
+    result = run_main("train", "hparams_search=optuna", "hydra.sweeper.conditions=null",
+                      "hydra.sweeper.params={activation: 'choice(relu,gelu)'}", "--cfg", "hydra", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "conditions: null" in result.stdout and "activation: choice(relu,gelu)" in result.stdout

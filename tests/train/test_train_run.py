@@ -144,25 +144,34 @@ def test_ctrl_c_mid_epoch_keeps_a_checkpoint_to_resume_from(tiny_mnist: Path, tm
 
 def test_a_resume_that_regroups_or_swaps_the_optimizer_is_refused_before_training(tiny_mnist: Path,
                                                                                    tmp_path: Path) -> None:
-    """torch would fail mid-restore (other group sizes) or read another optimizer's state: refused with the keys."""
-    args = ("model=cnn", "enc_sizes=[8,16]", "dec_sizes=[16]", "trainer.max_epochs=1")
-    train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "a")
+    """torch would fail mid-restore (other group sizes), put one parameter's moments on another (as many tensors,
+    other ones) or read another optimizer's state: refused before fit, naming what changed."""
+    args = ("model=cnn", "enc_sizes=[8,16]", "dec_sizes=[16]", "freeze=[encoder.0.*]")
+    train(compose_train(tiny_mnist, *args, "trainer.max_epochs=1"), run_dir=tmp_path / "a")
     last = tmp_path / "a" / "checkpoints" / "last.ckpt"
     more = (*args[:3], "trainer.max_epochs=2", f"ckpt_path={last}")
-    with pytest.raises(ConfigError, match=r"ckpt_path: a resume continues the checkpoint's optimizer \(torch.optim.Adam, "
-                                          r"parameter groups of \[12\] tensors\), but this config builds Adam with "
-                                          r"\[8\]: freeze=None then, \['encoder.0.\*'\] now") as refused:
-        train(compose_train(tiny_mnist, *more, "freeze=[encoder.0.*]"), run_dir=tmp_path / "b")
-    assert f"init.from={last}" in str(refused.value)
+    prefix = r"^ckpt_path: a resume continues the checkpoint's optimizer, whose parameter groups hold \[8\] tensors; "
+    with pytest.raises(ConfigError, match=prefix + r"this config builds Adam with \[8\]: freeze=\['encoder.0.\*'\] "
+                                                   r"then, \['encoder.1.\*'\] now\n") as refused:
+        train(compose_train(tiny_mnist, *more, "freeze=[encoder.1.*]"), run_dir=tmp_path / "b")
+    assert f"leave out ckpt_path and give init.from={last}" in str(refused.value)
     record = json.loads((tmp_path / "b" / "metrics.json").read_text())
     assert record["status"] == "failed" and record["stage"] == "setup"
     assert not (tmp_path / "b" / "checkpoints").exists()  # refused before fit: no interrupted.ckpt
-    with pytest.raises(ConfigError, match=r"builds SGD with \[12\]: optim._target_=torch.optim.Adam then, "
-                                          r"torch.optim.SGD now"):
-        train(compose_train(tiny_mnist, *more, "optim=sgd"), run_dir=tmp_path / "c")
+    with pytest.raises(ConfigError, match=prefix + r"this config builds Adam with \[12\]: freeze=\['encoder.0.\*'\] "
+                                                   r"then, unset now"):
+        train(compose_train(tiny_mnist, *more), run_dir=tmp_path / "c")
+    with pytest.raises(ConfigError, match=r"builds SGD with \[8\]: optimizer torch.optim.Adam then, SGD now"):
+        train(compose_train(tiny_mnist, *more, args[3], "optim=sgd"), run_dir=tmp_path / "d")
+    weights_only = {k: v for k, v in torch.load(last, weights_only=True).items() if k != "optimizer_states"}
+    torch.save(weights_only, tmp_path / "weights_only.ckpt")
+    with pytest.raises(ConfigError, match=r"weights_only.ckpt holds weights but no optimizer state: it cannot be "
+                                          r"resumed\n  hint: start a new run from these weights"):
+        train(compose_train(tiny_mnist, *more[:-1], args[3], f"ckpt_path={tmp_path / 'weights_only.ckpt'}"),
+              run_dir=tmp_path / "e")
     # As the run had it (the class by another of its paths): resumes.
-    train(compose_train(tiny_mnist, *more, "optim._target_=torch.optim.adam.Adam"), run_dir=tmp_path / "d")
-    assert json.loads((tmp_path / "d" / "metrics.json").read_text())["epochs_this_run"] == 1
+    train(compose_train(tiny_mnist, *more, args[3], "optim._target_=torch.optim.adam.Adam"), run_dir=tmp_path / "f")
+    assert json.loads((tmp_path / "f" / "metrics.json").read_text())["epochs_this_run"] == 1
 
 
 def test_resuming_a_finished_run_with_no_epoch_left_says_so(tiny_mnist: Path, tmp_path: Path) -> None:
