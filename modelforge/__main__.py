@@ -49,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from modelforge.cli.commands import TASKS, list_names
     from modelforge.errors import ModelforgeError
-
     from modelforge.train import launch  # Lightning-free
 
     # Started by torchrun or srun, each rank would do the whole job: rank 0 does it. (Ranks, not the launcher's
