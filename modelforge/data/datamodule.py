@@ -195,8 +195,9 @@ class IdxDataModule(IdxOptions, pl.LightningDataModule):
         """Under DDP every image is evaluated once: Lightning's DistributedSampler would repeat some to even out
         the ranks (10,000 test images on 3 ranks: 2 counted twice); this one leaves them one sample apart."""
         world = getattr(self.trainer, "world_size", 1)
+        # Fewer images than ranks (a tiny val_size): Lightning's, which gives every rank one.
         sampler = UnrepeatedDistributedSampler(self._ready(dataset), num_replicas=world, rank=self.trainer.global_rank,
-                                               shuffle=False) if world > 1 else None
+                                               shuffle=False) if 1 < world <= len(self._ready(dataset)) else None
         return self._loader(dataset, self.eval_batch_size, sampler=sampler)
 
     def _loader(self, dataset: MnistBatches | None, batch_size: int, **kwargs: Any) -> DataLoader:
