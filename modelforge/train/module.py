@@ -62,21 +62,22 @@ class ClassifierModule(pl.LightningModule):
         # GPU): modelforge's bars read last_step_loss instead; another bar gets the step loss with prog_bar.
         bar = self.trainer.progress_bar_callback
         self._log_for_bar = bar is not None and getattr(bar, "needs_logged_step_loss", True)
-        # A resumed run may end at another step than the run it resumes planned for (more
-        # epochs, fewer batches per epoch): re-plan the schedule to end with this run, from here on.
+        # A resumed run may end at another step than the run it resumes planned for (more epochs, fewer batches
+        # per epoch), or have another optim.lr: re-plan the schedule to end with this run, from here on.
         sched = self.hparams.config.get("sched")
         end = schedule_end_step(self.trainer, sched)
         for sched_config in self.trainer.lr_scheduler_configs:
+            optimizer = sched_config.scheduler.optimizer
             planned = getattr(sched_config.scheduler, "planned_steps", None)  # set by build_scheduler
-            if planned in (None, end) or end <= self.global_step:
+            lr, planned_lr = optimizer.defaults["lr"], getattr(sched_config.scheduler, "planned_lr", None)
+            if planned is None or end <= self.global_step or planned == end and planned_lr in (None, lr):
                 continue
             ends = "this run ends" if (sched or {}).get("epochs") is None else "sched.epochs ends it"
-            log.info("resuming at step %d of a schedule planned for %d steps; %s at step %d: "
+            new_lr = f" at optim.lr={planned_lr:g}, now {lr:g}" if planned_lr not in (None, lr) else ""
+            log.info("resuming at step %d of a schedule planned for %d steps%s; %s at step %d: "
                      "the schedule is re-planned over %d steps, continuing from step %d",
-                     self.global_step, planned, ends, end, end, self.global_step)
-            optimizer = sched_config.scheduler.optimizer
-            sched_config.scheduler = build_scheduler(optimizer, sched, end, optimizer.defaults["lr"],
-                                                     last_step=self.global_step - 1)
+                     self.global_step, planned, new_lr, ends, end, end, self.global_step)
+            sched_config.scheduler = build_scheduler(optimizer, sched, end, lr, last_step=self.global_step - 1)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.channels_last:

@@ -255,8 +255,8 @@ def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Mapping[str, An
             group["initial_lr"] = lr * group.get("lr_mult", 1.0)
     scheduler = make(optimizer, total_steps=total_steps, lr=lr, last_step=last_step)
     if scheduler is not None:
-        # Saved with the scheduler's state, so a resumed run can tell it was planned for another length.
-        scheduler.planned_steps = total_steps
+        # Saved with the scheduler's state, so a resumed run can tell it was planned for another length or lr.
+        scheduler.planned_steps, scheduler.planned_lr = total_steps, lr
     return scheduler
 
 

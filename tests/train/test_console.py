@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
+import torch
 import yaml
 
 from modelforge import build_model
@@ -154,6 +155,21 @@ def test_resume_with_fewer_batches_replans_the_schedule(tiny_mnist: Path, tmp_pa
     assert metrics["status"] == "finished" and metrics["global_step"] == 4 + 2 * 1
     assert "resuming at step 4 of a schedule planned for 4 steps; this run ends at step 6" in caplog.text
     assert not (tmp_path / "resumed" / "checkpoints" / "interrupted.ckpt").exists()
+
+
+def test_resume_with_another_lr_replans_the_schedule_at_that_lr(tiny_mnist: Path, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """sched.epochs=2 planned 8 steps, which the resumed run also ends at: only optim.lr asks for a new plan."""
+    args = ("model=mlp", "model.hidden_sizes=[16]", "sched.epochs=2")  # 4 steps an epoch
+    train(compose_train(tiny_mnist, *args, "trainer.max_epochs=1", "optim.lr=0.01"), run_dir=tmp_path / "first")
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    with caplog.at_level("INFO", logger="modelforge.train.module"):
+        train(compose_train(tiny_mnist, *args, "trainer.max_epochs=2", "optim.lr=0.001", f"ckpt_path={last}"),
+              run_dir=tmp_path / "resumed")
+    assert ("resuming at step 4 of a schedule planned for 8 steps at optim.lr=0.01, now 0.001; sched.epochs ends "
+            "it at step 8") in caplog.text
+    group = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)["optimizer_states"][0]
+    assert group["param_groups"][0]["max_lr"] == pytest.approx(0.001)  # the one-cycle peak is the new lr
 
 
 @pytest.mark.filterwarnings("ignore:You defined a `validation_step`")  # LitTiny, fitted here without validation data
