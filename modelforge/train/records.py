@@ -136,9 +136,9 @@ def check_run_dir(run_dir: Path, command: str) -> None:
         hint = (f"pick a new directory, or resume with ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'} "
                 "(the resumed run gets a directory of its own)")
     else:
-        hint = f"leave hydra.run.dir unset: `{command}` writes into a new directory of its own"
+        hint = f"leave {_dir_key()} unset: `{command}` writes into a new directory of its own"
     # One line, as for a directory taken by a run under way: two runs racing for it see one or the other.
-    raise ConfigError("hydra.run.dir", f"{run_dir} already holds a run ({', '.join(p.name for p in found[:3])}); "
+    raise ConfigError(_dir_key(), f"{run_dir} already holds a run ({', '.join(p.name for p in found[:3])}); "
                       f"it is left untouched: {hint}")
 
 
@@ -157,7 +157,7 @@ def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = Fal
         return
     claimed = launch.rank_zero_decides("run_dir_claim", lambda: _claim(run_dir, command, key))
     if claimed != key:
-        raise ConfigError("hydra.run.dir", f"rank 0 claimed {claimed}, but rank {launch.global_rank()} was given {key}",
+        raise ConfigError(_dir_key(), f"rank 0 claimed {claimed}, but rank {launch.global_rank()} was given {key}",
                           hint="give every rank the same hydra.run.dir (or none: rank 0 picks one for all)")
     if for_task:
         _claimed_for_task.add(key)
@@ -196,13 +196,18 @@ def _taken(run_dir: Path) -> ConfigError:
         by = f" (pid {holder['pid']} on {holder['host']}, since {holder['claimed_at']})"
     except (OSError, ValueError, KeyError, TypeError):  # being written this very moment
         by = ""
-    return ConfigError("hydra.run.dir", f"{run_dir} is taken by another run{by}; this run is refused and "
-                                        "writes nothing there: pick another directory")
+    return ConfigError(_dir_key(), f"{run_dir} is taken by another run{by}; this run is refused and "
+                                   "writes nothing there: pick another directory")
 
 
 def _unwritable(run_dir: Path, why: str) -> ConfigError:
-    return ConfigError("hydra.run.dir", f"cannot write the run directory {run_dir}: {why}",
-                       hint="pick a directory you can write, e.g. hydra.run.dir=outputs/my_run")
+    return ConfigError(_dir_key(), f"cannot write the run directory {run_dir}: {why}",
+                       hint=f"pick a directory you can write, e.g. {_dir_key()}=outputs/my_run")
+
+
+def _dir_key() -> str:
+    """Where the run directory was given: ``hydra.run.dir`` on the command line, ``run_dir`` from Python."""
+    return "hydra.run.dir" if HydraConfig.initialized() else "run_dir"
 
 
 def refuse(error: BaseException) -> NoReturn:
@@ -252,6 +257,7 @@ class KeepRunRecords(Callback):
     """Claims the run directory (``eval``) before Hydra writes there: refuses one that holds or is claimed by a run."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        HydraConfig.instance().set_config(config)  # as run_job does first: errors name hydra.run.dir
         try:
             share_run_dir(config)
             claim_run_dir(Path(config.hydra.run.dir), str(config.hydra.job.name), for_task=True)

@@ -112,7 +112,7 @@ def test_of_many_claims_at_once_exactly_one_succeeds(tmp_path: Path) -> None:
         thread.join()
     assert outcomes.count("claimed") == 1, outcomes
     refused = [o for o in outcomes if o != "claimed"]
-    assert all(o.startswith(f"hydra.run.dir: {run_dir} is taken by another run") and "\n" not in o for o in refused)
+    assert all(o.startswith(f"run_dir: {run_dir} is taken by another run") and "\n" not in o for o in refused)
     assert json.loads((run_dir / CLAIM_FILE).read_text())["pid"] == os.getpid()
 
 
@@ -137,7 +137,7 @@ def test_python_train_into_a_claimed_dir_is_refused_and_writes_nothing_there(tin
                                                                               tmp_path: Path) -> None:
     claim_run_dir(tmp_path)  # another run, still setting up: it has written nothing else yet
     before = sorted(tmp_path.iterdir())
-    with pytest.raises(ConfigError, match=f"^hydra.run.dir: {tmp_path} is taken by another run"):
+    with pytest.raises(ConfigError, match=f"^run_dir: {tmp_path} is taken by another run"):
         train(compose_train(tiny_mnist, "model=mlp", "trainer.fast_dev_run=true"), run_dir=tmp_path)
     with pytest.raises(ConfigError, match="optim.lr: must be positive"):  # its own error; no metrics.json
         train(compose_train(tiny_mnist, "optim.lr=-1"), run_dir=tmp_path)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 
 from modelforge.config import conf_dir
 from modelforge.errors import ConfigError
@@ -44,8 +45,11 @@ def test_the_callback_refuses_train_too_whatever_set_the_run_dir(tiny_mnist: Pat
     train(compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true"), run_dir=run)
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=[f"hydra.run.dir={run}"], return_hydra_config=True)
-    with pytest.raises(SystemExit) as stopped:
-        KeepRunRecords().on_run_start(cfg)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            KeepRunRecords().on_run_start(cfg)
+    finally:
+        HydraConfig.instance().cfg = None  # it set Hydra's config, as run_job does: later runs here are not under Hydra
     assert stopped.value.code == 2
     with pytest.raises(ConfigError, match=r"already holds a run \(metrics.json, config.yaml"):
         check_run_dir(run, "train")

@@ -68,7 +68,7 @@ def test_eval_reproduces_the_test_metrics(trained_run: Path, tiny_mnist: Path, t
     assert results["test/loss"] == pytest.approx(recorded["test/loss"], rel=1e-5)
     # A second evaluate() into the same directory would replace its record: refused, the first left whole.
     first = (tmp_path / "eval_metrics.json").read_text()
-    with pytest.raises(ConfigError, match=r"hydra.run.dir: .* already holds a run \(eval_metrics.json\)"):
+    with pytest.raises(ConfigError, match=r"^run_dir: .* already holds a run \(eval_metrics.json\); it is left untouched: leave run_dir unset"):
         evaluate(cfg, run_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"already holds a run \(metrics.json, config.yaml"):
         evaluate(cfg, run_dir=trained_run)  # nor into the training run's own directory
