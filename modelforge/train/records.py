@@ -26,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
-from modelforge.errors import ConfigError, ModelforgeError
+from modelforge.errors import ConfigError, ModelforgeError, RunStopped
 from modelforge.train import launch
 
 
@@ -73,6 +73,9 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
         free = _free(path.parent) if full else None  # measured before the temp file goes
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        # Ctrl-C (or a stop) inside torch.save comes out as its zip writer's RuntimeError, with it as the context.
+        if (stop := _stop_in(exc)) is not None and stop is not exc:
+            raise stop from None
         if full:
             raise DiskFullError(path, needed or written, free) from None
         raise
@@ -92,6 +95,14 @@ def _is_disk_full(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("No space left" in text or "file write failed" in text
                                               or "unexpected pos" in text)
+
+
+def _stop_in(exc: BaseException) -> BaseException | None:
+    """The Ctrl-C, exit or run stop among ``exc`` and the exceptions it was raised while handling."""
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, (KeyboardInterrupt, SystemExit, RunStopped)):
+        seen = seen.__context__
+    return seen
 
 
 _UMASK = os.umask(0)

@@ -56,6 +56,28 @@ def test_a_failing_checkpoint_save_leaves_the_previous_checkpoint(tmp_path: Path
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
 
 
+def test_ctrl_c_inside_torch_save_is_ctrl_c_not_a_full_disk(tmp_path: Path) -> None:
+    """torch's zip writer turns a KeyboardInterrupt in the file's write into "unexpected pos" (a full disk's
+    words), with the interrupt as its context: a signal mid-save exited 1 "no space left" instead of 130."""
+    path = tmp_path / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"step": 1, "w": torch.ones(10)}, path)
+    calls: list[int] = []
+
+    def interrupted_save(obj, handle, *args, **kwargs):
+        def write(data):
+            calls.append(len(data))
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return original(data)
+        original, handle.write = handle.write, write
+        return torch.serialization.save(obj, handle, *args, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt):
+        write_with(path, lambda handle: interrupted_save({"step": 2, "w": torch.ones(100_000)}, handle))
+    assert len(calls) == 3
+    assert torch.load(path, weights_only=True)["step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
 def test_metrics_of_a_failing_run_are_never_what_fails_it(tmp_path: Path, capsys, monkeypatch) -> None:
     import modelforge.train.records as rundir
 
