@@ -52,14 +52,19 @@ def test_an_editable_install_hides_the_plugin_from_hydras_scan(tmp_path: Path) -
         copy(REPO / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                            if (REPO / name).is_dir() else {}))
     prefix = tmp_path / "prefix"
+    # --ignore-installed: into the prefix only; pip would otherwise first uninstall this environment's modelforge.
     built = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                            "--prefix", str(prefix), "-e", str(source)], capture_output=True, text=True, timeout=300)
+                            "--ignore-installed", "--prefix", str(prefix), "-e", str(source)],
+                           capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
     (site,) = prefix.glob("lib/python*/site-packages")
-    probe = ("import site, sys, pkgutil, importlib, json; sys.path[:] = [p for p in sys.path if p]; "
+    # -S: this environment's own modelforge (installed or editable) stays out; only the prefix's install is seen.
+    probe = ("import site, sys, pkgutil, importlib.util, json; sys.path[:] = [p for p in sys.path if p]; "
              f"site.addsitedir({str(site)!r}); import hydra_plugins; "
              f"walked = [m.name for m in pkgutil.walk_packages(hydra_plugins.__path__, 'hydra_plugins.')]; "
-             f"importlib.import_module('{PLUGIN}.config'); print(json.dumps(walked))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]  # importable...
-    assert f"{PLUGIN}.config" not in json.loads(out.stdout)  # ...but not found by walking the namespace
+             f"print(json.dumps([walked, importlib.util.find_spec('{PLUGIN}.config').origin]))")
+    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    walked, origin = json.loads(out.stdout)
+    assert Path(origin).is_relative_to(source)  # importable from the editable source...
+    assert f"{PLUGIN}.config" not in walked  # ...but not found by walking the namespace
