@@ -157,7 +157,7 @@ def test_the_cli_prints_a_table_and_writes_the_csv(run_main, ckpt: Path, digits,
     assert first[3] == f"{100 * rows[0]['prob_1']:.1f}%"
     assert f"{N_TEST} images classified by cnn from {ckpt}" in result.stdout
     assert f"predictions written to {out}" in result.stdout
-    written = list(csv.DictReader(out.open()))
+    written = list(csv.DictReader(out.read_text().splitlines(keepends=True)))
     assert list(written[0]) == ["input", "inverted", "class_1", "prob_1", "class_2", "prob_2"]
     assert [r["class_1"] for r in written] == [r["class_1"] for r in rows]
     assert [float(r["prob_1"]) for r in written] == pytest.approx([r["prob_1"] for r in rows], abs=1e-6)
@@ -376,7 +376,7 @@ def test_real_mnist_digits_and_drawings_from_the_checkpoint_and_its_exports(cli,
     result = cli("predict", f"ckpt_path={ckpt}", f"inputs={tmp_path / 'digits'}", f"output={tmp_path / 'p.csv'}",
                  env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
-    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    rows = list(csv.DictReader((tmp_path / "p.csv").read_text().splitlines(keepends=True)))
     assert sum(r["class_1"] == str(int(k)) for r, k in zip(rows, labels[:10])) >= 9
     printed = [line.split()[2] for line in result.stdout.splitlines() if line.startswith(str(tmp_path / "digits"))]
     assert printed == [r["class_1"] for r in rows]

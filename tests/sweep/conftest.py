@@ -33,7 +33,7 @@ def tiny_args(tiny_data: Path) -> list[str]:
 
 
 def read_summary(sweep_dir: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader((sweep_dir / "summary.csv").open()))
+    return list(csv.DictReader((sweep_dir / "summary.csv").read_text().splitlines(keepends=True)))
 
 
 @pytest.fixture

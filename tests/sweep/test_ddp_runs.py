@@ -23,7 +23,7 @@ def test_ddp_cpu_writes_one_run(cli, tmp_path: Path, tiny_args: list[str]) -> No
     assert [p.relative_to(tmp_path) for p in tmp_path.rglob("metrics.json")] == [Path("run/metrics.json")]
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no directory per rank
     assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
-    rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").open()))
+    rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").read_text().splitlines(keepends=True)))
     # Logged once, not per rank: the validation, the test, and the step values once (2 batches an epoch:
     # the step interval is the epoch's length).
     for key in ("val/acc", "train/loss_epoch", "test/acc", "train/loss_step", "lr-Adam"):

@@ -76,7 +76,7 @@ def test_nan_and_running_rows_go_last() -> None:
 
 def test_csv_holds_every_job_and_the_full_error(sweep: Path) -> None:
     write_summary(sweep, read_rows(sweep), FIXED)
-    rows = list(csv.DictReader((sweep / "summary.csv").open()))
+    rows = list(csv.DictReader((sweep / "summary.csv").read_text().splitlines(keepends=True)))
     assert [r["job"] for r in rows] == ["2", "0", "10", "1"]
     assert [r["status"] for r in rows] == ["finished"] * 3 + ["failed"]
     assert rows[0]["overrides"] == "enc_sizes=[32,64]"  # what the sweep varied
@@ -200,7 +200,7 @@ def test_a_stopped_grid_sweep_lists_the_jobs_that_never_ran(tmp_path: Path, caps
     write_job(tmp_path, "0", status="finished", overrides=planned_jobs(cfg)[0], **{"val/acc": 0.5})
     write_job(tmp_path, "1", status="terminated", overrides=planned_jobs(cfg)[1], error="stopped by SIGTERM")
     report_unfinished_sweeps()  # Hydra raised before on_multirun_end
-    rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
+    rows = list(csv.DictReader((tmp_path / "summary.csv").read_text().splitlines(keepends=True)))
     assert [(r["job"], r["status"]) for r in rows] == [("0", "finished"), ("1", "terminated"), ("2", "not run"), ("3", "not run")]
     assert rows[2]["overrides"] == "model.hidden_sizes=[8] seed=1"
     assert "the sweep stopped early: job(s) 2, 3 never ran" in capsys.readouterr().out

@@ -43,7 +43,7 @@ def test_a_piped_run_prints_no_warning_escape_or_glued_line(cli, tiny_mnist: Pat
     assert result.stderr == ""
     assert "epoch 2/2 done in" in result.stdout and "test/acc" in result.stdout
     # The step interval became the epoch's 8 batches: the logger got the step loss once per epoch.
-    rows = list(csv.DictReader((tmp_path / "run" / "logs" / "metrics.csv").open()))
+    rows = list(csv.DictReader((tmp_path / "run" / "logs" / "metrics.csv").read_text().splitlines(keepends=True)))
     assert [row["step"] for row in rows if row["train/loss_step"]] == ["7", "15"]
 
 

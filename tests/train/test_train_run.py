@@ -47,7 +47,7 @@ def test_metrics_json_holds_the_run(trained_run: Path) -> None:
 def test_run_dir_layout(trained_run: Path) -> None:
     assert (trained_run / "checkpoints" / "last.ckpt").is_file()
     assert list((trained_run / "checkpoints").glob("best-epoch*.ckpt"))
-    rows = list(csv.DictReader((trained_run / "logs" / "metrics.csv").open()))
+    rows = list(csv.DictReader((trained_run / "logs" / "metrics.csv").read_text().splitlines(keepends=True)))
     assert {"train/loss_step", "val/acc", "test/acc"} <= set(rows[0])
     config = (trained_run / "config.yaml").read_text()
     assert "enc_sizes:\n  - 8\n  - 16" in config or "enc_sizes:\n- 8\n- 16" in config
@@ -108,7 +108,7 @@ def test_resume_continues_from_the_next_epoch(trained_run: Path, tiny_mnist: Pat
     train(cfg, run_dir=tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["epochs"] == 3 and metrics["epochs_this_run"] == 1
-    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
+    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").read_text().splitlines(keepends=True)))
     assert {row["epoch"] for row in rows if row["train/loss_epoch"] or row["val/acc"]} == {"2"}
     assert before == {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.is_file()}
 
