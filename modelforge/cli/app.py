@@ -159,9 +159,10 @@ class CommandLine:
             key = override.key_or_group
             if override.is_delete() or key not in (SEARCH_SPACE, CONDITIONS) and not key.startswith(f"{CONDITIONS}."):
                 continue
-            value, levels = (_values(override) or [None])[0], key.removeprefix(CONDITIONS).strip(".").split(".")
-            levels = [] if key == SEARCH_SPACE or levels == [""] else levels
-            if _dotted_keys(value) or len(levels) > 2 or len(levels) == 2 and isinstance(value, dict):
+            value = (_values(override) or [None])[0]
+            rest = "" if key == SEARCH_SPACE else key.removeprefix(CONDITIONS).strip(".")  # KEY or KEY.OTHER
+            levels = rest.count(".") + 1 if rest else 0
+            if _dotted_keys(value) or levels > 2 or levels == 2 and isinstance(value, dict):
                 raise ConfigError(key, "OmegaConf would split the dotted names of a search's keys into nested keys "
                                   "as it merges the command line", hint=(
                                       "with -m, write each searched key as a sweep of itself: "

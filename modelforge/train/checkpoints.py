@@ -166,11 +166,10 @@ def check_optimizer_fits(ckpt: dict[str, Any], ckpt_path: str, optimizer: torch.
                          config: dict[str, Any]) -> None:
     """Refuse a resume whose optimizer is not the checkpoint's: another class, or the parameters chosen or grouped
     otherwise. torch would fail while Lightning restores it, or put one parameter's moments on another."""
-    hint = ("resume with the run's own freeze and optim settings, or start a new run from these weights with a fresh "
-            f"optimizer: leave out ckpt_path and give init.from={ckpt_path}")
+    afresh = f"start a new run from these weights with a fresh optimizer: leave out ckpt_path and give init.from={ckpt_path}"
     if "optimizer_states" not in ckpt:
         raise ConfigError("ckpt_path", f"{ckpt_path} holds weights but no optimizer state: it cannot be resumed",
-                          hint=hint.partition(", or ")[2])
+                          hint=afresh)
     if not (states := ckpt["optimizer_states"]):
         return
 
@@ -190,7 +189,8 @@ def check_optimizer_fits(ckpt: dict[str, Any], ckpt_path: str, optimizer: torch.
     if changed or saved != now:
         raise ConfigError("ckpt_path", f"a resume continues the checkpoint's optimizer, whose parameter groups hold "
                           f"{saved} tensors; this config builds {type(optimizer).__name__} with {now}"
-                          + (f": {'; '.join(changed)}" if changed else ""), hint=hint)
+                          + (f": {'; '.join(changed)}" if changed else ""),
+                          hint=f"resume with the run's own freeze and optim settings, or {afresh}")
 
 
 def check_epochs_left(ckpt: dict[str, Any], trainer_cfg: dict[str, Any]) -> None:
