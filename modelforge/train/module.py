@@ -182,10 +182,16 @@ def fit_end_step(trainer: pl.Trainer) -> int:
         return total
     per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
     progress = trainer.fit_loop.epoch_loop.batch_progress  # a mid-epoch checkpoint resumes mid-epoch
-    done = 0 if progress.is_last_batch else progress.current.completed // trainer.accumulate_grad_batches
+    # An epoch that ended (its last batch completed) is done; one stopped inside its last batch reruns that batch.
+    epoch_ended = progress.is_last_batch and progress.current.completed == progress.current.ready
+    done = 0 if epoch_ended else progress.current.completed // trainer.accumulate_grad_batches
+    # The resumed epoch runs the batches it has left; resumed past the end of a now shorter epoch
+    # (trainer.limit_train_batches lowered), Lightning still runs one before it sees the epoch is over.
+    left_this_epoch = per_epoch - done if done <= per_epoch else 1
     end = math.inf
     if trainer.max_epochs is not None and trainer.max_epochs >= 0:
-        end = trainer.global_step + max(trainer.max_epochs - trainer.current_epoch, 0) * per_epoch - done
+        epochs = max(trainer.max_epochs - trainer.current_epoch, 0)
+        end = trainer.global_step + (left_this_epoch + (epochs - 1) * per_epoch if epochs else 0)
     if trainer.max_steps != -1:
         end = min(end, trainer.max_steps)
     return int(end) if math.isfinite(end) else total

@@ -14,6 +14,7 @@ import yaml
 
 from modelforge import build_model
 from modelforge.data import MNISTDataModule
+from modelforge.errors import Interrupted
 from modelforge.train import train
 from modelforge.train.module import ClassifierModule
 from modelforge.train.progress import LineProgress, progress_bar
@@ -155,6 +156,31 @@ def test_resume_with_fewer_batches_replans_the_schedule(tiny_mnist: Path, tmp_pa
     assert metrics["status"] == "finished" and metrics["global_step"] == 4 + 2 * 1
     assert "resuming at step 4 of a schedule planned for 4 steps; this run ends at step 6" in caplog.text
     assert not (tmp_path / "resumed" / "checkpoints" / "interrupted.ckpt").exists()
+
+
+def test_resume_mid_epoch_past_a_shorter_epochs_end_plans_the_step_lightning_still_runs(
+        tiny_mnist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Stopped after 3 of epoch 2's 4 batches, resumed with 2 batches an epoch: Lightning runs one more batch of
+    that epoch before it ends it. Planned without it, one-cycle was stepped past its end (a ValueError from torch)."""
+    step = ClassifierModule.training_step
+
+    def interrupted_at_step_7(self, batch, batch_idx):  # 4 steps an epoch: the 4th batch of epoch 2
+        if self.global_step == 7:
+            raise KeyboardInterrupt
+        return step(self, batch, batch_idx)
+
+    args = ("model=mlp", "model.hidden_sizes=[16]")
+    monkeypatch.setattr(ClassifierModule, "training_step", interrupted_at_step_7)
+    with pytest.raises(Interrupted):
+        train(compose_train(tiny_mnist, *args, "trainer.max_epochs=2"), run_dir=tmp_path / "first")
+    monkeypatch.undo()
+    saved = tmp_path / "first" / "checkpoints" / "interrupted.ckpt"
+    with caplog.at_level("INFO", logger="modelforge.train.module"):
+        train(compose_train(tiny_mnist, *args, "trainer.max_epochs=3", "trainer.limit_train_batches=2",
+                            f"ckpt_path={saved}"), run_dir=tmp_path / "resumed")
+    assert "this run ends at step 10" in caplog.text  # 7 + 1 + one more epoch of 2
+    resumed = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
+    assert resumed["status"] == "finished" and resumed["global_step"] == 10
 
 
 def test_resume_with_another_lr_replans_the_schedule_at_that_lr(tiny_mnist: Path, tmp_path: Path,
