@@ -8,11 +8,12 @@ loaded the first time any registry is asked for a name it does not hold.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import inspect
 import logging
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from modelforge.errors import ModelforgeError, UnknownNameError
 
@@ -80,6 +81,11 @@ class Registry(Generic[T]):
         else:
             self._schemas.pop(name, None)
 
+    def add_deferred(self, name: str, target: str, description: str) -> None:
+        """Register the class or factory at ``target`` (``"package.module:Name"``) under ``name``, imported on its
+        first lookup: listing and describing names imports nothing (a built-in data module loads Lightning)."""
+        self.add(name, _Deferred(target), description=description)
+
     def get(self, key: str | T, *, path: str = "") -> T:
         """Look up a name; a callable passes through unchanged.
 
@@ -93,7 +99,10 @@ class Registry(Generic[T]):
             load_plugins()
         if key not in self._entries:
             raise UnknownNameError(self.name.rstrip("s"), key, self._entries, path=path)
-        return self._entries[key]
+        entry = self._entries[key]
+        if isinstance(entry, _Deferred):
+            self._entries[key] = entry = entry.load()
+        return entry
 
     def describe(self, name: str) -> str:
         return self._descriptions[name]
@@ -128,6 +137,20 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.name!r}, {len(self)} names)"
+
+
+class _Deferred:
+    """Where a registered object lives, until a lookup imports it."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def load(self) -> Any:
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # a registry holds callables
+        return self.load()(*args, **kwargs)
 
 
 def _first_doc_line(obj: object) -> str:

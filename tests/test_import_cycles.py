@@ -76,3 +76,35 @@ def test_the_checker_finds_a_circle() -> None:
 
 def test_no_import_circle_in_modelforge() -> None:
     assert cycles(import_graph()) == []
+
+
+# Layers that must not reach up: (importer's package, packages it must not import). The sweep attaches its
+# callbacks to a run from above (cli/), deploy/ and train/ write through files/, and a model builds without the
+# inspection layer that describes it.
+FORBIDDEN = [
+    ("modelforge.files", ("modelforge.train", "modelforge.deploy", "modelforge.sweep", "modelforge.cli",
+                          "modelforge.models", "modelforge.layers", "modelforge.hooks", "modelforge.inspect")),
+    ("modelforge.layers", ("modelforge.inspect", "modelforge.train", "modelforge.deploy", "modelforge.sweep",
+                           "modelforge.cli", "modelforge.hooks", "modelforge.models")),
+    ("modelforge.models", ("modelforge.inspect", "modelforge.train", "modelforge.deploy", "modelforge.sweep",
+                           "modelforge.cli", "modelforge.hooks")),
+    ("modelforge.deploy", ("modelforge.train", "modelforge.sweep", "modelforge.cli")),
+    ("modelforge.train", ("modelforge.sweep", "modelforge.cli")),
+]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for package, above in FORBIDDEN:
+        for module in sorted(m for m in graph if m == package or m.startswith(package + ".")):
+            found += [f"{module} -> {t}" for t in sorted(graph[module]) if t.startswith(above)]
+    return found
+
+
+def test_the_layer_checker_finds_an_upward_import() -> None:
+    assert upward_imports({"modelforge.train.run": {"modelforge.sweep.pruning"}}) == [
+        "modelforge.train.run -> modelforge.sweep.pruning"]
+
+
+def test_no_layer_imports_one_above_it() -> None:
+    assert upward_imports(import_graph()) == []

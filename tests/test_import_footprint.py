@@ -1,6 +1,6 @@
 """What each layer of modelforge imports, seen in one fresh interpreter (imports are per process).
 
-Model building, hooks, the data files and the summary must work without Lightning; hooks
+Model building, hooks, the data files, the summary and ``list`` must work without Lightning; hooks
 without matplotlib; the summary of a modelforge model without torch._dynamo (FlopCounterMode
 imports it, 1.5-2 s). One subprocess walks the layers in turn and reports, after each, which
 of those packages are loaded: cumulative, so a layer's check also covers the layers before it.
@@ -40,6 +40,9 @@ WALK = textwrap.dedent("""
     note("summary of a shipped model")
     import modelforge.data, modelforge.data.idx, modelforge.data.download
     note("import modelforge.data")
+    from modelforge.cli.commands import list_names
+    list_names([])
+    note("list")
     print(json.dumps(seen))
 """)
 
@@ -56,4 +59,5 @@ def test_each_layer_loads_only_what_it_needs() -> None:
         "import modelforge.inspect.flops, modelforge.inspect.summary": [],
         "summary of a shipped model": [],  # MACs from forward hooks: no torch._dynamo
         "import modelforge.data": ["modelforge.data"],  # the IDX files need no Lightning
+        "list": ["modelforge.data"],  # every registry's names, the data modules' too, without Lightning
     }

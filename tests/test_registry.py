@@ -12,7 +12,6 @@ import yaml
 from torch import nn
 
 import modelforge
-import modelforge.data.datamodule  # noqa: F401 - registers the built-in data modules (imports Lightning)
 from modelforge.config import conf_dir
 from modelforge.errors import ModelforgeError, UnknownNameError
 from modelforge.registry import REGISTRIES, Registry
@@ -85,6 +84,27 @@ def test_unknown_name_names_registry_key_path_and_suggests() -> None:
 
 def test_lookup_accepts_a_callable() -> None:
     assert modelforge.ACTIVATIONS.get(nn.Hardswish) is nn.Hardswish
+
+
+def test_a_deferred_name_is_listed_and_described_without_importing_its_module() -> None:
+    reg: Registry = Registry("things", "test")
+    reg.add_deferred("ordered", "collections:OrderedDict", "a dict that keeps its order")
+    reg.add_deferred("missing", "no_such_module_anywhere:Thing", "never imported by listing")
+    assert reg.names() == ["missing", "ordered"] and reg.describe("missing") == "never imported by listing"
+    import collections
+
+    assert reg.get("ordered") is collections.OrderedDict  # the lookup imports it, once
+    with pytest.raises(ModuleNotFoundError):
+        reg.get("missing")
+
+
+def test_the_builtin_data_modules_are_the_classes_their_names_defer_to() -> None:
+    from modelforge.data.datamodule import FashionMNISTDataModule, IdxDataModule, MNISTDataModule
+
+    assert [modelforge.DATAMODULES.get(n) for n in ("mnist", "fashion_mnist", "idx")] == [
+        MNISTDataModule, FashionMNISTDataModule, IdxDataModule]
+    for name, cls in (("mnist", MNISTDataModule), ("fashion_mnist", FashionMNISTDataModule), ("idx", IdxDataModule)):
+        assert modelforge.DATAMODULES.describe(name) == cls.__doc__.splitlines()[0]  # one wording
 
 
 def test_glob_filter() -> None:

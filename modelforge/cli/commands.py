@@ -24,9 +24,13 @@ from modelforge.registry import REGISTRIES
 
 def train_task(cfg: DictConfig) -> float:
     """Train one configuration; the returned metric is what sweepers optimize."""
-    from modelforge.train import train  # loads Lightning
+    from modelforge.sweep.pruning import trial_callbacks  # loads Lightning
+    from modelforge.train import train
 
-    return train(take_validated(cfg))  # checked before Hydra made the run directory
+    run = take_validated(cfg)  # checked before Hydra made the run directory (a sweep's job: checked by train)
+    # The sweep attaches its callbacks from here, above both: an Optuna trial's run reports to its trial.
+    monitor = run.get("monitor", "val/acc") if isinstance(run, DictConfig) else run.monitor
+    return train(run, callbacks=trial_callbacks(monitor))
 
 
 def _imported(module: str, name: str) -> Callable[[DictConfig], Any]:
@@ -68,8 +72,6 @@ def list_names(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.registry is not None and args.registry not in REGISTRIES:
         raise UnknownNameError("registry", args.registry, REGISTRIES, path="list")
-    if args.registry in (None, "datamodules"):
-        import modelforge.data.datamodule  # noqa: F401 - registers the built-in data modules (loads Lightning)
     lines = []
     for registry in [REGISTRIES[args.registry]] if args.registry else REGISTRIES.values():
         shipped = _shipped_options({"callbacks": "callbacks", "loggers": "logger"}.get(registry.name), args.pattern)

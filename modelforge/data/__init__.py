@@ -2,12 +2,21 @@
 (``options``), the LightningDataModules (``datamodule``).
 
 Every name loads on first use: ``import modelforge`` loads only ``options`` (to give Hydra the data defaults),
-reading IDX files needs no Lightning, and importing ``modelforge.data.datamodule`` registers the built-in
-``data=`` names (``build_datamodule`` does it).
+reading IDX files needs no Lightning, and the built-in ``data=`` names are registered here by where they live, so
+``list`` names them without importing Lightning (the first lookup of one does).
 """
 
 import importlib
 from typing import Any
+
+from modelforge.registry import DATAMODULES
+
+DATAMODULES.add_deferred("mnist", "modelforge.data.datamodule:MNISTDataModule",
+                         "MNIST digits (IDX files, checked, downloaded).")
+DATAMODULES.add_deferred("fashion_mnist", "modelforge.data.datamodule:FashionMNISTDataModule",
+                         "Fashion-MNIST clothing (IDX files, checked, downloaded).")
+DATAMODULES.add_deferred("idx", "modelforge.data.datamodule:IdxDataModule",
+                         "Any folder of the four IDX files: no checksums, no download; shapes, classes and stats from the files.")
 
 _HOMES = {
     "build": ("build_datamodule", "describe_data"),

@@ -1,4 +1,4 @@
-"""``data=<name>``: the LightningDataModule a run trains on, from DATAMODULES (built-ins registered by ``modelforge.data.datamodule``)."""
+"""``data=<name>``: the LightningDataModule a run trains on, from DATAMODULES (built-ins registered by ``modelforge.data``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from modelforge.registry import DATAMODULES
 
 def build_datamodule(data_cfg: Mapping[str, Any]) -> Any:
     """The data module named by ``data.name`` (default ``mnist``), its options checked first."""
-    import modelforge.data.datamodule  # noqa: F401 - registers the built-in data modules (loads Lightning)
-
     options = dict(data_cfg)
     name = options.pop("name", "mnist")
     factory = DATAMODULES.get(name, path="data.name")

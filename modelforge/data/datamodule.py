@@ -21,7 +21,6 @@ from modelforge.data.download import ensure_files, resolve_data_dir
 from modelforge.data.idx import FASHION_MNIST, MNIST, IdxDataset, load_idx_set
 from modelforge.data.options import IdxOptions
 from modelforge.errors import ConfigError
-from modelforge.registry import DATAMODULES
 
 # A batch here is one tensor slice, so Lightning's advice to add DataLoader workers is noise.
 warnings.filterwarnings("ignore", message=r".*does not have many workers which may be a bottleneck")
@@ -237,7 +236,3 @@ class FashionMNISTDataModule(IdxDataModule):
     """Fashion-MNIST clothing (IDX files, checked, downloaded)."""
     dataset = FASHION_MNIST
 
-
-DATAMODULES.add("mnist", MNISTDataModule)
-DATAMODULES.add("fashion_mnist", FashionMNISTDataModule)
-DATAMODULES.add("idx", IdxDataModule)

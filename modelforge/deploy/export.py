@@ -175,7 +175,7 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
         report.update(eager_top1_acc=float((expected.argmax(1) == labels).float().mean()),
                       exported_top1_acc=float((full.argmax(1) == labels[:len(full)]).float().mean()))
     report["passed"] = report["max_abs_diff"] <= atol and agree == len(full)
-    from modelforge.train.records import write_json  # Lightning-free: atomic JSON
+    from modelforge.files.atomic import write_json
 
     check_path = path.with_name(path.name + ".check.json")
     write_json(check_path, report)

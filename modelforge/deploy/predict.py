@@ -31,7 +31,7 @@ from modelforge.deploy.images import (
 )
 from modelforge.deploy.runtime import Runner, check_model_path, open_model
 from modelforge.errors import ConfigError, DataError
-from modelforge.train.records import write_text
+from modelforge.files.atomic import write_text
 
 OUTPUTS = Path("outputs") / "predict"  # output=null: outputs/predict/DATE/TIME_XXXXXX/predictions.csv
 CSV_NAME = "predictions.csv"

@@ -69,7 +69,7 @@ def save_feature_grid(maps: Tensor, path: Path, title: str = "") -> Path:
         ax.text(left + width / 2, top - 0.5, str(i), fontsize=6, ha="center", va="bottom")
     if title:
         fig.suptitle(title, fontsize=8)
-    from modelforge.train.records import write_with
+    from modelforge.files.atomic import write_with
 
     write_with(path, lambda handle: fig.savefig(handle, dpi=80, format="png"))  # never half a PNG
     return path

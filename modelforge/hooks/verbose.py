@@ -24,7 +24,7 @@ from torch import nn
 
 from modelforge.hooks.base import HookPlugin, PluginOptions, require_at_least
 from modelforge.hooks.targets import Target
-from modelforge.inspect.summary import describe_output
+from modelforge.models.shapes import describe_output
 from modelforge.registry import HOOKS
 
 log = logging.getLogger(__name__)

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelforge.layers.macs import MACS_FROM_CHILDREN
+
 FLOPS_PER_MAC = 2
 
 # Layers with matrix products, counted per call from their output shape: out.numel() MACs per
@@ -50,20 +52,13 @@ _ZERO = {
 }
 
 
-def counts_from_children(cls: type) -> type:
-    """Class decorator: this module's forward only calls its children and element-wise ops, so
-    its MACs are its children's (lets :func:`forward_macs` count it without ``FlopCounterMode``)."""
-    cls._macs_from_children = True
-    return cls
-
-
 def _countable(module: nn.Module) -> bool:
     kind = type(module)  # exact type: a subclass may override forward
     if kind in _RNN_GATES:  # by formula, for plain tensor inputs (not packed sequences, not projections)
         return not module.proj_size
     return (kind in _ZERO or kind in _CONVS or kind in (nn.Linear, nn.MultiheadAttention)
             or kind is nn.modules.linear.NonDynamicallyQuantizableLinear  # MultiheadAttention's out_proj
-            or kind.__dict__.get("_macs_from_children", False))
+            or kind.__dict__.get(MACS_FROM_CHILDREN, False))
 
 
 _RNN_GATES = {nn.RNN: 1, nn.GRU: 3, nn.LSTM: 4}

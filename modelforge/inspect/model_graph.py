@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.errors import ConfigError
-from modelforge.inspect.summary import describe_output
+from modelforge.models.shapes import describe_output
 
 FORMATS = ("svg", "png", "pdf")
 

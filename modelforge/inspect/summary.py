@@ -14,6 +14,7 @@ from modelforge.inspect.flops import (
     forward_macs,
     zeros_forward,
 )
+from modelforge.models.shapes import describe_output
 
 
 @dataclass
@@ -28,17 +29,6 @@ class LayerRow:
     buffers: int
     macs: int = 0  # per sample, this module and its children (see modelforge.inspect.flops)
     composite: bool = False  # a composite block's instance: its parts are shown only when expanded
-
-
-def describe_output(output: Any) -> str:
-    """Shapes of a module output: a tensor, or tuples/lists/dicts of them (nested)."""
-    if isinstance(output, torch.Tensor):
-        return str(list(output.shape))
-    if isinstance(output, (tuple, list)):
-        return "(" + ", ".join(describe_output(o) for o in output) + ")"
-    if isinstance(output, dict):
-        return "{" + ", ".join(f"{k}: {describe_output(v)}" for k, v in output.items()) + "}"
-    return type(output).__name__
 
 
 def summarize(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 2) -> list[LayerRow]:

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from modelforge.errors import ConfigError
-from modelforge.inspect.flops import counts_from_children
 from modelforge.layers.activations import make_activation
+from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
 
 POOLS = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from modelforge.inspect.flops import counts_from_children
+from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
 
 

@@ -18,10 +18,10 @@ from modelforge.config import (
     schema_from_signature,
 )
 from modelforge.errors import ConfigError
-from modelforge.inspect.flops import counts_from_children
 from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import ConvBlock, LinearBlock
 from modelforge.layers.initializers import initialize
+from modelforge.layers.macs import counts_from_children
 from modelforge.models.shapes import encoder_sizes
 from modelforge.registry import MODELS
 

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 
 from modelforge.config import require_positive, schema_from_signature
 from modelforge.errors import ConfigError
-from modelforge.inspect.flops import counts_from_children
 from modelforge.layers.initializers import initialize
+from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.models.graph_build import Graph, GraphBuilder
 from modelforge.models.graph_spec import Composite, NodeTable, parse_blocks, parse_table

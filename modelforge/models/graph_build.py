@@ -20,11 +20,10 @@ from torch import Tensor, nn
 
 from modelforge.config import require_positive
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
-from modelforge.inspect.flops import counts_from_children
-from modelforge.inspect.summary import describe_output
 from modelforge.layers.blocks import MERGE_BLOCKS
 from modelforge.layers.expressions import evaluate, resolve_args
 from modelforge.layers.kwargs import check_kwargs
+from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
 from modelforge.models.graph_spec import (
     INPUT,
@@ -35,6 +34,7 @@ from modelforge.models.graph_spec import (
     Ref,
 )
 from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale
+from modelforge.models.shapes import describe_output
 
 Source = tuple[str, tuple[int, ...]]  # a node (or "input") and the indices into its output
 

@@ -17,10 +17,10 @@ from modelforge.config import (
     require_probability,
     schema_from_signature,
 )
-from modelforge.inspect.flops import counts_from_children
 from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import LinearBlock
 from modelforge.layers.initializers import initialize
+from modelforge.layers.macs import counts_from_children
 from modelforge.registry import MODELS
 
 

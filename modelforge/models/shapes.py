@@ -1,6 +1,10 @@
-"""Shape arithmetic shared by model builders and their config checks."""
+"""Shape arithmetic shared by model builders and their config checks, and how an output's shapes are shown."""
 
 from __future__ import annotations
+
+from typing import Any
+
+import torch
 
 
 def conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -25,3 +29,14 @@ def encoder_sizes(
             h, w = h // pool_size, w // pool_size
         out.append((h, w))
     return out
+
+
+def describe_output(output: Any) -> str:
+    """Shapes of a module output: a tensor, or tuples/lists/dicts of them (nested)."""
+    if isinstance(output, torch.Tensor):
+        return str(list(output.shape))
+    if isinstance(output, (tuple, list)):
+        return "(" + ", ".join(describe_output(o) for o in output) + ")"
+    if isinstance(output, dict):
+        return "{" + ", ".join(f"{k}: {describe_output(v)}" for k, v in output.items()) + "}"
+    return type(output).__name__

@@ -26,6 +26,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from modelforge.errors import ConfigError
+from modelforge.files.atomic import write_text
 from modelforge.sweep.study import search_settings, storage_file
 from modelforge.sweep.summary import (
     METRICS_FILE,
@@ -37,7 +38,7 @@ from modelforge.sweep.summary import (
     swept_overrides,
     write_summary,
 )
-from modelforge.train.records import refuse, write_text
+from modelforge.train.records import refuse
 
 log = logging.getLogger(__name__)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"

@@ -44,7 +44,7 @@ def _save(draw: Callable[[], Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
     from optuna.exceptions import ExperimentalWarning
 
-    from modelforge.train.records import write_with
+    from modelforge.files.atomic import write_with
 
     try:
         # Optuna's plots set pyplot's style for the whole process: rc_context puts it back.

@@ -32,6 +32,15 @@ class TrialPruning(Callback):
         self.validations = 0
         self.pruned: dict[str, Any] | None = None  # when, and at which value, the pruner stopped the run
 
+    def run_record(self) -> dict[str, Any]:
+        """For ``metrics.json`` of a run its trial's pruner stopped: ``status: pruned``, when and why; else {}.
+        (``train()`` asks its callbacks for this, and tests no weights of a pruned run.)"""
+        if self.pruned is None:
+            return {}
+        return {"status": "pruned", "stopped_by": "pruner", "stopped_early_epoch": self.pruned["epoch"],
+                "stopped_early_reason": f"the Optuna study's pruner stopped the trial after validation "
+                                        f"{self.pruned['step']}: {self.monitor} {self.pruned['value']:.4f}"}
+
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
@@ -58,12 +67,3 @@ def trial_callbacks(monitor: str) -> list[Callback]:
     return [TrialPruning(current_trial(), monitor)] if trial_is_on() else []
 
 
-def pruning_record(trainer: pl.Trainer) -> dict[str, Any]:
-    """For ``metrics.json`` of a run its trial's pruner stopped: ``status: pruned``, when and why; else {}."""
-    for callback in trainer.callbacks:
-        if isinstance(callback, TrialPruning) and callback.pruned is not None:
-            pruned = callback.pruned
-            return {"status": "pruned", "stopped_by": "pruner", "stopped_early_epoch": pruned["epoch"],
-                    "stopped_early_reason": f"the Optuna study's pruner stopped the trial after validation "
-                                            f"{pruned['step']}: {callback.monitor} {pruned['value']:.4f}"}
-    return {}

@@ -27,6 +27,7 @@ from optuna.trial import Trial, TrialState
 
 from modelforge.config import to_plain
 from modelforge.errors import ConfigError
+from modelforge.files.atomic import write_text, write_yaml
 from modelforge.sweep import search_space
 from modelforge.sweep.plots import plot_study
 from modelforge.sweep.study import (
@@ -39,7 +40,6 @@ from modelforge.sweep.study import (
 )
 from modelforge.sweep.summary import METRICS_FILE
 from modelforge.sweep.trial import trials_in_process
-from modelforge.train.records import write_text, write_yaml
 
 log = logging.getLogger(__name__)
 RESULTS_FILE = "optimization_results.yaml"

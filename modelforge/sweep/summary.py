@@ -19,7 +19,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from modelforge.train.records import write_text
+from modelforge.files.atomic import write_text
 
 METRICS_FILE = "metrics.json"
 METRIC_COLUMNS = ("val/acc", "test/acc", "params", "train_time_s")  # after the monitored metric(s)

@@ -23,7 +23,7 @@ from modelforge.errors import (
     Terminated,
     is_allocation_failure,
 )
-from modelforge.train.records import write_with
+from modelforge.files.atomic import write_with
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,10 @@ from modelforge.config import load_config
 from modelforge.data.build import describe_data
 from modelforge.deploy.load import check_fits, load_checkpoint, model_weights
 from modelforge.errors import ConfigError, Terminated
+from modelforge.files.atomic import write_json, write_yaml
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.flops import count_macs
 from modelforge.inspect.summary import describe_model
-from modelforge.sweep.pruning import pruning_record
 from modelforge.train import launch
 from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoints import (
@@ -37,13 +37,7 @@ from modelforge.train.console import quiet_third_party, run_log
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
 from modelforge.train.optim import build_optimizer
-from modelforge.train.records import (
-    claim_run_dir,
-    current_run_dir,
-    write_json,
-    write_metrics,
-    write_yaml,
-)
+from modelforge.train.records import claim_run_dir, current_run_dir, write_metrics
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
 from modelforge.train.trainer import (
@@ -57,7 +51,8 @@ from modelforge.train.trainer import (
 log = logging.getLogger(__name__)
 
 
-def _prepare(run: RunConfig, run_dir: Path) -> tuple[ClassifierModule, pl.Trainer, dict[str, Any] | None]:
+def _prepare(run: RunConfig, run_dir: Path,
+             callbacks: Sequence[pl.Callback] = ()) -> tuple[ClassifierModule, pl.Trainer, dict[str, Any] | None]:
     """The module, the trainer and the checkpoint to resume from, built only after every check passed."""
     ckpt = load_checkpoint(run.ckpt_path) if run.ckpt_path else None
     model = run.network
@@ -70,7 +65,7 @@ def _prepare(run: RunConfig, run_dir: Path) -> tuple[ClassifierModule, pl.Traine
         check_fits(ckpt, module)
         check_epochs_left(ckpt, run.config.get("trainer") or {})
         check_optimizer_fits(ckpt, run.ckpt_path, build_optimizer(model, run.config["optim"]), run.config)
-    trainer = build_trainer(run.config, run_dir, run.plugins)
+    trainer = build_trainer(run.config, run_dir, run.plugins, extra_callbacks=callbacks)
     trainer.callbacks.extend(run.transfer.callbacks())  # last: their hooks run after a weight-averaging one's
     check_precision(run.plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
     # Last check, as it may download: verifies (or fetches) the data files before any training.
@@ -78,10 +73,13 @@ def _prepare(run: RunConfig, run_dir: Path) -> tuple[ClassifierModule, pl.Traine
     return module, trainer, ckpt
 
 
-def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> float:
+def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None,
+          callbacks: Sequence[pl.Callback] = ()) -> float:
     """Train, test the final weights, write ``metrics.json``; return ``cfg.monitor`` (what sweepers optimize).
 
-    ``cfg``: a config composed from ``conf/train.yaml``, or a RunConfig already checked.
+    ``cfg``: a config composed from ``conf/train.yaml``, or a RunConfig already checked. ``callbacks``: Lightning
+    callbacks of the caller's (a sweep's trial pruning); one with a ``run_record()`` method that returns a
+    ``status`` ended the run itself (``metrics.json`` gets its record, and the weights are not tested).
     """
     quiet_third_party()
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
@@ -94,7 +92,7 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
         claim_run_dir(run_dir, "train")
         # Under Hydra, Hydra writes train.log.
         with contextlib.nullcontext() if HydraConfig.initialized() else run_log(run_dir / "train.log"):
-            return _train(run, run_dir, received)
+            return _train(run, run_dir, received, callbacks)
 
 
 @contextlib.contextmanager
@@ -127,11 +125,11 @@ def _claim_existing(run_dir: Path) -> bool:
     return False
 
 
-def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
+def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: Sequence[pl.Callback]) -> float:
     with _recorded_setup_failure(run_dir):
         if run.seed is not None:
             pl.seed_everything(run.seed, workers=True, verbose=False)
-        module, trainer, ckpt = _prepare(run, run_dir)
+        module, trainer, ckpt = _prepare(run, run_dir, callbacks)
     model, monitor = module.model, run.monitor
     macs = count_macs(model, model.input_shape)[0]  # per sample; also an objective a search may name
     # Built models know their input shape; the one line replaces Lightning's table.
@@ -155,13 +153,13 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
                 metrics[f"best_{monitor}"] = float(trainer.checkpoint_callback.best_model_score)
                 metrics["best_ckpt"] = trainer.checkpoint_callback.best_model_path
             # Test the final weights (= last.ckpt), so `eval` of last.ckpt reproduces these numbers; not those of
-            # an Optuna trial that its search's pruner stopped (status pruned).
-            pruned = pruning_record(trainer)
-            results = [] if pruned else trainer.test(module, datamodule=run.datamodule, verbose=False)
+            # a run that a caller's callback ended (an Optuna trial its search's pruner stopped: status pruned).
+            ended_by = callback_records(trainer)
+            results = [] if ended_by else trainer.test(module, datamodule=run.datamodule, verbose=False)
             metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
                            global_step=trainer.global_step, status="finished")
-            metrics.update(pruned)
+            metrics.update(ended_by)
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
             metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
@@ -179,6 +177,12 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal) -> float:
         raise ConfigError("monitor", f"the run logged no metric {monitor!r}",
                           allowed=sorted(k for k, v in metrics.items() if isinstance(v, float)))
     return float(value)
+
+
+def callback_records(trainer: pl.Trainer) -> dict[str, Any]:
+    """What the callbacks that ended the run say of it (``run_record()`` with a ``status``); {} when none did."""
+    records = (c.run_record() for c in trainer.callbacks if callable(getattr(c, "run_record", None)))
+    return {k: v for record in records if record.get("status") for k, v in record.items()}
 
 
 def _record(run_dir: Path) -> dict[str, Any]:

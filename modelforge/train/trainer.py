@@ -21,7 +21,6 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from modelforge.config import check_type, resolve_target
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
-from modelforge.sweep.pruning import trial_callbacks
 from modelforge.train import checkpoints as ckpts
 from modelforge.train import launch
 from modelforge.train.callbacks import (
@@ -43,7 +42,8 @@ def default_precision(accelerator: str) -> str:
     return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
 
 
-def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], logged: bool) -> list[Callback]:
+def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], logged: bool,
+               extra: Sequence[Callback]) -> list[Callback]:
     monitor = config.get("monitor", "val/acc")
     ckpt_dir = run_dir / "checkpoints"
     chosen = build_callbacks(config.get("callbacks"), monitor)
@@ -56,7 +56,7 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], 
         StopTogether(),  # under DDP, a stop signal ends every rank at the same batch
         ckpts.ResumeState(),  # RNG and shuffle position in checkpoints
         *hooks, *chosen,
-        *trial_callbacks(monitor),  # an Optuna trial's run: report monitor to it, stop when its pruner says
+        *extra,  # the caller's: e.g. a sweep's trial pruning (report monitor, stop when its pruner says)
     ]
     has_lr_monitor = any(isinstance(c, pl.callbacks.LearningRateMonitor) for c in chosen)
     if logged and not has_lr_monitor and (config.get("sched") or {}).get("_target_") is not None:
@@ -64,15 +64,16 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], 
     return callbacks
 
 
-def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], for_eval: bool = False) -> pl.Trainer:
-    """A Trainer whose checkpoints and logs live in ``run_dir``."""
+def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[Any], for_eval: bool = False,
+                  extra_callbacks: Sequence[Callback] = ()) -> pl.Trainer:
+    """A Trainer whose checkpoints and logs live in ``run_dir``; ``extra_callbacks`` come from the caller."""
     options = dict(config.get("trainer") or {})  # checked by the caller (check_trainer_options)
     target = options.pop("_target_", None) or "pytorch_lightning.Trainer"
     if options.get("precision") is None:
         options["precision"] = default_precision(str(options.get("accelerator", "auto")))
     logger = [] if for_eval else build_loggers(config.get("logger"), run_dir)
     hooks = [HookPluginsCallback(list(plugins), run_dir=run_dir)] if plugins else []
-    callbacks = hooks if for_eval else _callbacks(config, run_dir, hooks, logged=bool(logger))
+    callbacks = hooks if for_eval else _callbacks(config, run_dir, hooks, logged=bool(logger), extra=extra_callbacks)
     if logger and options.get("log_every_n_steps") in (None, DEFAULT_LOG_EVERY_N_STEPS):  # Lightning's, not a user's
         callbacks.append(StepLogInterval())
     has_bar = any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks)

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import optuna
 import torch
 
-from modelforge.sweep.pruning import TrialPruning, pruning_record
+from modelforge.sweep.pruning import TrialPruning
+from modelforge.train.run import callback_records
 from tests.sweep.conftest import read_summary
 
 
@@ -35,7 +36,7 @@ def test_a_trial_worse_than_the_median_stops_its_run_at_the_end_of_the_validatio
     callback.on_validation_end(trainer, None)
     assert trainer.should_stop and callback.pruned == {"epoch": 1, "step": 1, "value": 0.5}
     assert callback.trial.should_prune() and study.trials[1].intermediate_values == {1: 0.5}
-    record = pruning_record(trainer)
+    record = callback_records(trainer)
     assert record["status"] == "pruned" and record["stopped_early_epoch"] == 1
     assert record["stopped_early_reason"].endswith("after validation 1: val/acc 0.5000")
 
@@ -53,7 +54,7 @@ def test_a_ddp_rank_without_the_trial_follows_rank_0() -> None:
 def test_a_run_nobody_pruned_records_nothing() -> None:
     trainer = fake_trainer(0.5, epoch=0)
     trainer.callbacks = [TrialPruning(None, "val/acc")]
-    assert pruning_record(trainer) == {}
+    assert callback_records(trainer) == {}
 
 
 def test_a_pruned_trial_is_a_row_of_its_own_and_its_run_is_complete(sweep_here, tmp_path: Path) -> None:

@@ -14,14 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from modelforge.files.atomic import DiskFullError, write_json, write_text, write_with
 from modelforge.train.checkpoints import AtomicCheckpointIO
-from modelforge.train.records import (
-    DiskFullError,
-    write_json,
-    write_metrics,
-    write_text,
-    write_with,
-)
+from modelforge.train.records import write_metrics
 from tests.train.conftest import tiny_cli_args
 
 
@@ -81,7 +76,7 @@ def test_ctrl_c_inside_torch_save_is_ctrl_c_not_a_full_disk(tmp_path: Path) -> N
 def test_metrics_of_a_failing_run_are_never_what_fails_it(tmp_path: Path, capsys, monkeypatch) -> None:
     import modelforge.train.records as rundir
 
-    monkeypatch.setattr(rundir, "write_text", lambda path, text: write_with(path, _no_space))
+    monkeypatch.setattr(rundir, "write_json", lambda path, data: write_with(path, _no_space))
     write_metrics(tmp_path / "metrics.json", {"status": "failed"}, failing=True)  # reported, not raised
     err = capsys.readouterr().err
     assert err.startswith(f"error: could not write {tmp_path / 'metrics.json'}: no space left in {tmp_path}")

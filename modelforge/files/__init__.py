@@ -1,0 +1,1 @@
+"""Files the package writes: crash-safe (atomic) writes shared by training, export, predict and sweeps."""

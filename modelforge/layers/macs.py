@@ -1,0 +1,19 @@
+"""How a block tells the MAC counter (:mod:`modelforge.inspect.flops`) that it needs no tracing.
+
+A mark on the class, kept here with the blocks so that the layers and models that carry it do not
+import the inspection layer above them.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+MACS_FROM_CHILDREN = "_macs_from_children"  # the class attribute the counter reads (its own, not inherited)
+T = TypeVar("T", bound=type)
+
+
+def counts_from_children(cls: T) -> T:
+    """Class decorator: this module's forward only calls its children and element-wise ops, so its MACs
+    are its children's (the counter then counts it from forward hooks, without ``FlopCounterMode``)."""
+    setattr(cls, MACS_FROM_CHILDREN, True)
+    return cls
