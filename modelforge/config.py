@@ -253,7 +253,9 @@ class TrainConfig:
     ckpt_path: str | None = None  # resume from this checkpoint (a new run directory is made)
     label_smoothing: float = 0.0
     channels_last: bool = False  # NHWC convolutions (GPU speed-up)
-    compile: bool = False  # torch.compile the model (after hook plugins attach)
+    compile: bool = False  # torch.compile the model for training steps (after hook plugins attach; val/test run eagerly)
+    compile_backend: str = "inductor"  # torch.compile's backend; aot_eager checks what dynamo captures, generating no code
+    compile_mode: str | None = None  # inductor's mode: default, reduce-overhead (CUDA graphs), max-autotune, ...
     divergence: DivergenceConfig | None = dataclasses.field(default_factory=DivergenceConfig)
     init: InitConfig | None = dataclasses.field(default_factory=InitConfig)  # not `model.init`, the init rule
     # Globs over parameter or module names: freeze=[encoder.*] (no grads, not optimized). Any: one glob may

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from modelforge.train.compiled import compile_for_training, eagerly
 from modelforge.train.optim import build_scheduler, configure_optimizers
 
 STAGES = ("train", "val", "test")
@@ -27,7 +28,8 @@ class ClassifierModule(pl.LightningModule):
     is saved in checkpoints so ``eval`` can rebuild the model from it."""
 
     def __init__(self, model: nn.Module, config: dict[str, Any], n_classes: int = 10, label_smoothing: float = 0.0,
-                 channels_last: bool = False, compile: bool = False) -> None:
+                 channels_last: bool = False, compile: bool = False, compile_backend: str = "inductor",
+                 compile_mode: str | None = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["model"])
         self.model = model.to(memory_format=torch.channels_last) if channels_last else model
@@ -52,10 +54,12 @@ class ClassifierModule(pl.LightningModule):
     def setup(self, stage: str) -> None:
         # Runs after callbacks' setup, i.e. after hook plugins attach: compile sees them. (Not configure_model:
         # a module that overrides it makes weight averaging, callbacks=[ema], warn about sharding.)
-        # nn.Module.compile keeps state_dict keys unchanged, unlike torch.compile(module).
         if self.hparams.compile and not self._compiled:
-            self.model.compile()
+            backend, mode = self.hparams.compile_backend, self.hparams.compile_mode
+            compile_for_training(self.model, backend, mode)
             self._compiled = True
+            log.info("compile=true: the first training step waits while torch.compile (%s%s) compiles the model; "
+                     "validation and test run eagerly", backend, f", mode {mode}" if mode else "")
 
     def on_train_start(self) -> None:
         # Lightning converts every prog_bar value to a float after every batch (a host sync per step on a
@@ -86,7 +90,11 @@ class ClassifierModule(pl.LightningModule):
 
     def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
         x, y = batch
-        logits = self(x)
+        if self._compiled and stage != "train":
+            with eagerly():  # evaluation compiles nothing
+                logits = self(x)
+        else:
+            logits = self(x)
         loss = self.loss(logits, y)
         # The stage's accuracy is updated every METRIC_UPDATE_EVERY batches and at the end of the epoch.
         pending = self._pending.setdefault(stage, [])

@@ -33,6 +33,7 @@ from modelforge.train.checkpoints import (
     check_optimizer_fits,
     failure_record,
 )
+from modelforge.train.compiled import CompileCost
 from modelforge.train.console import quiet_third_party, run_log
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
@@ -58,7 +59,7 @@ def _prepare(run: RunConfig, run_dir: Path,
     model = run.network
     module = ClassifierModule(model, config=run.config, n_classes=getattr(run.datamodule, "n_classes", 10),
                               label_smoothing=run.label_smoothing, channels_last=run.channels_last,
-                              compile=run.compile)
+                              compile=run.compile, compile_backend=run.compile_backend, compile_mode=run.compile_mode)
     for plugin in run.plugins:  # a layer pattern that matches nothing fails now, not at fit time
         plugin.targets(model)
     if ckpt is not None:
@@ -142,11 +143,16 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", run.config)
     start_epoch = int(ckpt.get("epoch", -1)) + 1 if ckpt else 0
+    compiling = CompileCost().start() if run.compile else None
     started = time.perf_counter()
     with ddp_run_scope(trainer):  # every rank ends its process group; rank 0 reaps the others
         try:
             trainer.fit(module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)
+            if compiling is not None:  # the graphs of this fit, and the seconds compiling them took within train_time_s
+                metrics["compile"] = compiling.record()
+                log.info("compile: %d graph(s) in %.1f s (torch.compile, %s)", metrics["compile"]["graphs"],
+                         metrics["compile"]["seconds"], run.compile_backend)
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
                            **early_stop_summary(trainer))
             if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_score is not None:

@@ -31,6 +31,7 @@ from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.train.callbacks import build_callbacks, check_loggers
+from modelforge.train.compiled import check_compile_options
 from modelforge.train.optim import validate_optim
 from modelforge.train.stopping import divergence_bound
 from modelforge.train.trainer import (
@@ -61,6 +62,8 @@ class RunConfig:
     compile: bool
     ckpt_path: str | None
     transfer: Transfer = field(default_factory=Transfer)  # init.from loaded, freeze applied to ``network``
+    compile_backend: str = "inductor"
+    compile_mode: str | None = None
 
 
 def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunConfig:
@@ -92,6 +95,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     divergence_bound(plain)
+    check_compile_options(plain["compile_backend"], plain["compile_mode"])
     return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
                      channels_last=plain["channels_last"], compile=plain["compile"], ckpt_path=ckpt_path,
-                     transfer=transfer)
+                     transfer=transfer, compile_backend=plain["compile_backend"], compile_mode=plain["compile_mode"])
