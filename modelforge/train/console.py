@@ -21,6 +21,9 @@ _WARNINGS = (  # (message, module) of warnings that no option prevents
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"(pytorch_lightning|torch)\."),
     # A resumed run writes to a new run directory on purpose; ModelCheckpoint warns regardless.
     (r"The dirpath has changed from", r"pytorch_lightning\.callbacks\.model_checkpoint"),
+    # trainer.accelerator=cpu on a GPU machine is a choice (eval tests on the device a run trained on);
+    # the run's own "device:" line says where it runs.
+    (r"GPU available but not used", r"pytorch_lightning\."),
 )
 
 # sys.stdout at each write (run.yaml's console stream): a Rich bar redirects it while drawing, to print lines above itself.

@@ -42,11 +42,14 @@ from modelforge.train.records import claim_run_dir, current_run_dir, write_metri
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
 from modelforge.train.trainer import (
+    available,
     build_datamodule,
     build_trainer,
     check_trainer_options,
+    describe_device,
     format_metrics,
     hydra_overrides,
+    resolved_device,
 )
 
 log = logging.getLogger(__name__)
@@ -135,11 +138,15 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
     macs = count_macs(model, model.input_shape)[0]  # per sample; also an objective a search may name
     # Built models know their input shape; the one line replaces Lightning's table.
     log.info("model %s", describe_model(model, model.input_shape, run.config["model"].get("name"), macs=macs))
+    device = describe_device(trainer)
+    log.info("device: %s (%s) x%d, precision %s", device["accelerator"], device["name"], device["devices"],
+             device["precision"])
     for line in run.transfer.lines(model):  # what init.from loaded and left out, what freeze froze
         log.info(line)
     metrics: dict[str, Any] = {"status": "running", **_record(run_dir),
                                "params": sum(p.numel() for p in model.parameters()), "macs": macs,
-                               "monitor": monitor, "data": describe_data(run.datamodule), **run.transfer.record(model)}
+                               "monitor": monitor, "data": describe_data(run.datamodule), "device": device,
+                               **run.transfer.record(model)}
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", run.config)
     start_epoch = int(ckpt.get("epoch", -1)) + 1 if ckpt else 0
@@ -225,7 +232,8 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     claim_run_dir(run_dir, "eval")  # its eval_metrics.json must replace no earlier record (the CLI's: taken over)
     for plugin in plugins:  # a layer pattern that matches nothing fails now, before testing
         plugin.attach(model, run_dir=run_dir).remove()
-    trainer = build_trainer({**stored, "trainer": plain.get("trainer") or {}, "hooks": None, "logger": None},
+    trainer_options = _eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {})
+    trainer = build_trainer({**stored, "trainer": trainer_options, "hooks": None, "logger": None},
                             run_dir, plugins=plugins, for_eval=True)
     with ddp_run_scope(trainer):
         results = trainer.test(module, datamodule=datamodule, verbose=False)
@@ -239,14 +247,29 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
 
 
 def _eval_data_config(given: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
-    """The training run's data settings (normalization, split, ...), with those this command set on top.
+    """The training run's data settings (normalization, split, ...), with those this command set on top."""
+    return {**stored, **_named(given, "data")}
 
-    From the CLI ``given`` holds the group's defaults too: only keys named on the command line
-    count, or a default would undo a setting the model was trained with.
-    """
-    if HydraConfig.initialized():
-        named = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in hydra_overrides()
-                 if o.lstrip("+~").startswith("data.")}
-        given = {k: v for k, v in given.items() if k in named}
-    return {**stored, **given}
+
+def _eval_trainer_options(given: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+    """This command's trainer options, testing on the kind of device and in the precision the run trained with
+    (a run records both: :func:`~modelforge.train.trainer.resolved_device`) unless it names its own."""
+    named = _named(given, "trainer")
+    as_trained = {k: stored[k] for k in ("accelerator", "precision") if stored.get(k) is not None and k not in named}
+    if "accelerator" in as_trained and not available(as_trained["accelerator"]):
+        log.info("the checkpoint was trained on %s, which this machine lacks: testing on %s in %s, whose figures "
+                 "may differ from the run's in the last digits", as_trained["accelerator"],
+                 resolved_device({})["accelerator"], as_trained.get("precision", "its precision"))
+        del as_trained["accelerator"]
+    return {**given, **as_trained}
+
+
+def _named(given: Mapping[str, Any], group: str) -> dict[str, Any]:
+    """The keys of ``given`` (``group``'s config) that count: from the CLI, where ``given`` holds the group's defaults
+    too, only those named on the command line, or a default would undo a setting the model was trained with."""
+    if not HydraConfig.initialized():
+        return dict(given)
+    named = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in hydra_overrides()
+             if o.lstrip("+~").startswith(f"{group}.")}
+    return {k: v for k, v in given.items() if k in named}
 

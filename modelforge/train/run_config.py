@@ -38,6 +38,7 @@ from modelforge.train.trainer import (
     build_datamodule,
     check_trainer_options,
     hydra_overrides,
+    resolved_device,
 )
 from modelforge.train.transfer import Transfer, apply_transfer
 
@@ -92,6 +93,8 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
     check_trainer_options(plain.get("trainer") or {})
+    # What `auto` and a null precision pick here, in config.yaml and the checkpoints: eval tests as the run did.
+    plain["trainer"] = {**(plain.get("trainer") or {}), **resolved_device(plain.get("trainer") or {})}
     check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     divergence_bound(plain)

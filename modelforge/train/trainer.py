@@ -42,6 +42,30 @@ def default_precision(accelerator: str) -> str:
     return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
 
 
+def resolved_device(options: Mapping[str, Any]) -> dict[str, str]:
+    """The accelerator kind and precision that ``trainer.*`` ``options`` train with on this machine (what ``auto``
+    and a null precision pick): a run records them, so that ``eval`` tests its checkpoint the way it was trained."""
+    accelerator = str(options.get("accelerator") or "auto")
+    if accelerator == "auto":
+        accelerator = "gpu" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    accelerator = "gpu" if accelerator == "cuda" else accelerator
+    return {"accelerator": accelerator, "precision": str(options.get("precision") or default_precision(accelerator))}
+
+
+def describe_device(trainer: pl.Trainer) -> dict[str, Any]:
+    """Where a run trains, for its log line and metrics.json: accelerator kind, device name, count, precision."""
+    device = trainer.strategy.root_device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
+    kind = {"cuda": "gpu"}.get(device.type, device.type)
+    return {"accelerator": kind, "name": name, "devices": trainer.num_devices * trainer.num_nodes,
+            "precision": str(trainer.precision)}
+
+
+def available(accelerator: str) -> bool:
+    """Whether this machine has ``accelerator`` (a kind :func:`resolved_device` names)."""
+    return {"gpu": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}.get(accelerator, True)
+
+
 def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], logged: bool,
                extra: Sequence[Callback]) -> list[Callback]:
     monitor = config.get("monitor", "val/acc")
