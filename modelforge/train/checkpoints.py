@@ -12,7 +12,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
 
 from modelforge.errors import (
@@ -52,12 +52,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         write_with(Path(path), lambda handle: torch.save(checkpoint, handle), needed=checkpoint_nbytes(checkpoint))
 
 
-class LastCheckpoint(ModelCheckpoint):
-    """Keeps ``DIR/last.ckpt`` current: after every epoch, and when fit ends (``fast_dev_run`` included)."""
+class RunCheckpoints(ModelCheckpoint):
+    """The run's resume points: ``DIR/last.ckpt`` after every epoch and when fit ends (``fast_dev_run`` included), and
+    ``DIR/interrupted.ckpt`` with weights, optimizer and loop state when fitting stops on an exception.
+
+    One callback for both: Lightning dispatches every hook of every callback at every step (~20 us each on a
+    2-core CPU), so the run keeps its callbacks few. Not Lightning's ``OnExceptionCheckpoint``: installed, it turns
+    every ``fit(ckpt_path=None)`` into ``fit(ckpt_path="last")``, a silent resume; modelforge resumes only when
+    asked (``ckpt_path=``).
+    """
 
     def __init__(self, dirpath: str | Path) -> None:
         super().__init__(dirpath=dirpath, filename=Path(LAST_CKPT).stem, monitor=None, save_top_k=1,
                          enable_version_counter=False)
+        self.interrupted_path = Path(dirpath) / INTERRUPTED_CKPT
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
@@ -65,29 +73,19 @@ class LastCheckpoint(ModelCheckpoint):
             trainer.save_checkpoint(Path(self.dirpath) / LAST_CKPT, weights_only=False)  # a resume point: the full state
             self._last_global_step_saved = trainer.global_step
 
-
-class CheckpointOnException(Callback):
-    """Saves weights, optimizer and loop state to ``path`` when fitting stops on an exception.
-
-    Not Lightning's ``OnExceptionCheckpoint``: installed, it turns every ``fit(ckpt_path=None)`` into
-    ``fit(ckpt_path="last")``, a silent resume; modelforge resumes only when asked (``ckpt_path=``).
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        super().on_exception(trainer, pl_module, exception)
         # Testing changes no weights; a resume would diverge / run out of memory again: offer no resume point.
         if trainer.state.fn != TrainerFn.FITTING or isinstance(exception, Diverged) \
                 or is_allocation_failure(exception):
             return
         try:
-            trainer.save_checkpoint(self.path, weights_only=False)  # a resume point: the full state
+            trainer.save_checkpoint(self.interrupted_path, weights_only=False)  # a resume point: the full state
         except Exception as exc:  # a loss checked late (on a GPU) was bad, a full disk: the run's error comes first
             log.error("%s the training state to %s: %s", "not saving" if isinstance(exc, Diverged) else
-                      "could not save", self.path, exc)
+                      "could not save", self.interrupted_path, exc)
             return
-        log.info("saved the training state at step %d to %s", trainer.global_step, self.path)
+        log.info("saved the training state at step %d to %s", trainer.global_step, self.interrupted_path)
 
 
 def capture_rng() -> dict[str, Any]:
@@ -114,10 +112,14 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-class ResumeState(Callback):
-    """Saves and restores RNG states and the train sampler's position."""
+class ResumeState:
+    """Saves and restores RNG states and the train sampler's position, in the checkpoint's ``modelforge_resume``.
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    Driven by the LightningModule's own checkpoint hooks (``ClassifierModule``), not registered as a callback:
+    Lightning dispatches every hook of every callback at every step."""
+
+    @staticmethod
+    def save(trainer: pl.Trainer, checkpoint: dict[str, Any]) -> None:
         state: dict[str, Any] = {"rng": capture_rng()}
         sampler = getattr(trainer.datamodule, "train_sampler", None)
         if sampler is not None:
@@ -128,17 +130,19 @@ class ResumeState(Callback):
                                 "skip": 0 if epoch_done else done * int(getattr(trainer.datamodule, "batch_size", 1))}
         checkpoint[KEY] = state
 
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    @staticmethod
+    def load(trainer: pl.Trainer | None, checkpoint: dict[str, Any]) -> None:
         # Set here, as the resume starts, not once at import: a caller's warnings.catch_warnings()
         # (pytest wraps each test in one) would drop a filter set while it was active.
         warnings.filterwarnings("ignore", message=_MID_EPOCH_WARNING)
         state = checkpoint.get(KEY)
         if not state:
-            return  # a checkpoint from before this callback: resumes as Lightning alone does
+            return  # a checkpoint from before resume state was kept: resumes as Lightning alone does
         restore_rng(state["rng"])
         shuffle = state.get("shuffle")
-        if shuffle and hasattr(trainer.datamodule, "resume_shuffle"):
-            trainer.datamodule.resume_shuffle(shuffle["seed"], shuffle["epoch"], shuffle["skip"])
+        datamodule = getattr(trainer, "datamodule", None)
+        if shuffle and hasattr(datamodule, "resume_shuffle"):
+            datamodule.resume_shuffle(shuffle["seed"], shuffle["epoch"], shuffle["skip"])
 
 
 def failure_record(reason: BaseException, run_dir: Path) -> dict[str, Any]:

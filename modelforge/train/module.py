@@ -12,8 +12,10 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from modelforge.train.checkpoints import ResumeState
 from modelforge.train.compiled import compile_for_training, eagerly
 from modelforge.train.optim import build_scheduler, configure_optimizers
+from modelforge.train.stopping import DivergenceGuard, divergence_bound
 
 STAGES = ("train", "val", "test")
 STEP_LOSS_DISPLAY_S = 0.5  # how often a bar other than modelforge's gets the step loss logged for it
@@ -45,8 +47,10 @@ class ClassifierModule(pl.LightningModule):
         self._next_shown = 0.0
         self._compiled = False
         self._log_for_bar = False  # set in on_train_start: whether the run's bar reads prog_bar metrics
-        # The latest training loss (a tensor: reading it is a host sync on a GPU), for progress bars.
-        self.last_step_loss: Tensor | None = None
+        self._latest: dict[str, Tensor] = {}  # plain dict: nn.Module.__setattr__ costs microseconds a step
+        # Driven by this module's own hooks rather than registered as callbacks: Lightning dispatches every hook of
+        # every callback at every step (~20 us each on a 2-core CPU).
+        self.divergence = DivergenceGuard(divergence_bound(config), config)
         if getattr(model, "input_shape", None) is not None:
             # Only Lightning's model summary (trainer.enable_model_summary=true) runs it: true FLOPs.
             self.example_input_array = torch.zeros(1, *model.input_shape)
@@ -61,7 +65,31 @@ class ClassifierModule(pl.LightningModule):
             log.info("compile=true: the first training step waits while torch.compile (%s%s) compiles the model; "
                      "validation and test run eagerly", backend, f", mode {mode}" if mode else "")
 
+    @property
+    def last_step_loss(self) -> Tensor | None:
+        """The latest training loss (a tensor: reading it is a host sync on a GPU), for progress bars."""
+        return self._latest.get("loss")
+
+    def on_before_backward(self, loss: Tensor) -> None:
+        self.divergence.on_before_backward(self.trainer, self, loss)
+
+    # Before anything that would keep or judge the weights a bad step left behind (the check of a GPU run's last
+    # loss is deferred to the next step).
+    def on_validation_start(self) -> None:
+        self.divergence.check_pending(self.trainer)
+
+    def on_train_end(self) -> None:
+        self.divergence.check_pending(self.trainer)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.divergence.check_pending(self.trainer)
+        ResumeState.save(self.trainer, checkpoint)  # RNG and shuffle position
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        ResumeState.load(self._trainer, checkpoint)
+
     def on_train_start(self) -> None:
+        self.divergence.on_train_start(self.trainer, self)
         # Lightning converts every prog_bar value to a float after every batch (a host sync per step on a
         # GPU): modelforge's bars read last_step_loss instead; another bar gets the step loss with prog_bar.
         bar = self.trainer.progress_bar_callback
@@ -105,10 +133,13 @@ class ClassifierModule(pl.LightningModule):
         # costs ~0.7 ms of CPU (two per step were ~7% of a 20 ms MNIST step). Tensors only: no host sync.
         n = len(y)
         detached = loss.detach()
-        self._loss_sum[stage] = self._loss_sum.get(stage, 0) + detached.float() * n
+        if (total := self._loss_sum.get(stage)) is None:
+            self._loss_sum[stage] = detached.float() * n
+        else:
+            total.add_(detached, alpha=n)  # one kernel a step, in float32 whatever the loss's dtype
         self._seen[stage] = self._seen.get(stage, 0) + n
         if stage == "train":
-            self.last_step_loss = detached
+            self._latest["loss"] = detached
             # Logged only where a logger writes it (every log_every_n_steps, as Lightning's logger
             # connector counts) or, for a bar that reads logged values, every 0.5 s.
             log_now = (self.global_step + 1) % max(self.trainer.log_every_n_steps, 1) == 0

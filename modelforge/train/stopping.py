@@ -86,14 +86,14 @@ class DivergenceGuard(Callback):
         value = _unscaled(trainer, loss.detach().float())
         if not self._deferred:
             return self._check(float(value.item()), trainer, trainer.global_step, trainer.current_epoch)
-        self._check_pending(trainer)  # the previous step's loss: its copy is done unless the GPU lags a step
+        self.check_pending(trainer)  # the previous step's loss: its copy is done unless the GPU lags a step
         done = None
         if value.is_cuda:
             value, done = value.to("cpu", non_blocking=True), torch.cuda.Event()
             done.record()
         self._pending = (value if done is not None else value.clone(), done, trainer.global_step, trainer.current_epoch)
 
-    def _check_pending(self, trainer: pl.Trainer, *_: Any) -> None:
+    def check_pending(self, trainer: pl.Trainer, *_: Any) -> None:
         if self._pending is None:
             return
         value, done, step, epoch = self._pending
@@ -103,7 +103,7 @@ class DivergenceGuard(Callback):
         self._check(float(value), trainer, step, epoch)
 
     # Before anything that would keep or judge the weights a bad step left behind.
-    on_validation_start = on_save_checkpoint = on_train_end = _check_pending
+    on_validation_start = on_save_checkpoint = on_train_end = check_pending
 
     def _check(self, value: float, trainer: pl.Trainer, step: int, epoch: int) -> None:
         bad = not math.isfinite(value)

@@ -33,7 +33,6 @@ from modelforge.train.console import verbose
 from modelforge.train.ddp_teardown import StopTogether
 from modelforge.train.hook_callback import HookPluginsCallback
 from modelforge.train.progress import progress_bar
-from modelforge.train.stopping import DivergenceGuard, divergence_bound
 
 
 def default_precision(accelerator: str) -> str:
@@ -71,14 +70,12 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], 
     monitor = config.get("monitor", "val/acc")
     ckpt_dir = run_dir / "checkpoints"
     chosen = build_callbacks(config.get("callbacks"), monitor)
+    # Few: Lightning dispatches every hook of every callback at every step. The divergence guard and the resume
+    # state are driven by ClassifierModule's own hooks; StopTogether joins DDP runs only (build_trainer).
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
                         monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
-        ckpts.LastCheckpoint(ckpt_dir),  # last.ckpt after every epoch and at the end of training
-        ckpts.CheckpointOnException(ckpt_dir / ckpts.INTERRUPTED_CKPT),  # a crash or Ctrl-C mid-epoch keeps its state
-        DivergenceGuard(divergence_bound(config), config),
-        StopTogether(),  # under DDP, a stop signal ends every rank at the same batch
-        ckpts.ResumeState(),  # RNG and shuffle position in checkpoints
+        ckpts.RunCheckpoints(ckpt_dir),  # last.ckpt after every epoch and at the end; interrupted.ckpt on a crash
         *hooks, *chosen,
         *extra,  # the caller's: e.g. a sweep's trial pruning (report monitor, stop when its pruner says)
     ]
@@ -112,10 +109,13 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     own = [] if own is None else list(own) if isinstance(own, (list, tuple)) else [own]
     make = instantiate({"_target_": target, "_partial_": True, **options}, _convert_="all")
     try:
-        return make(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks,
-                    plugins=[*own, ckpts.AtomicCheckpointIO()])
+        trainer = make(default_root_dir=str(run_dir), logger=logger or False, callbacks=callbacks,
+                       plugins=[*own, ckpts.AtomicCheckpointIO()])
     except (MisconfigurationException, ValueError) as exc:  # e.g. a user's plugin Lightning refuses
         raise lightning_refusal(exc) from None
+    if trainer.world_size > 1 and not for_eval:
+        trainer.callbacks.append(StopTogether())  # under DDP, a stop signal ends every rank at the same batch
+    return trainer
 
 
 def hydra_overrides() -> list[str]:

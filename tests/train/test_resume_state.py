@@ -15,7 +15,7 @@ MID_EPOCH = ("You're resuming from a checkpoint that ended before the epoch ende
 def test_loading_a_checkpoint_silences_the_mid_epoch_warning_whatever_filters_came_before() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # as pytest's per-test scope: any filter set at import is behind it
-        ResumeState().on_load_checkpoint(None, None, {})  # a checkpoint without resume state
+        ResumeState.load(None, {})  # a checkpoint without resume state
         warnings.warn(MID_EPOCH, PossibleUserWarning)
         warnings.warn("another warning", PossibleUserWarning)
     assert [str(w.message) for w in caught] == ["another warning"]
