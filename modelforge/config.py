@@ -256,6 +256,9 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model for training steps (after hook plugins attach; val/test run eagerly)
     compile_backend: str = "inductor"  # torch.compile's backend; aot_eager checks what dynamo captures, generating no code
     compile_mode: str | None = None  # inductor's mode: default, reduce-overhead (CUDA graphs), max-autotune, ...
+    # Capture the whole training step (forward, backward, optimizer) in a CUDA graph and replay it per batch; the
+    # ragged last training batch is left out (data.drop_last). Without a CUDA device the run trains eagerly.
+    cuda_graph: bool = False
     divergence: DivergenceConfig | None = dataclasses.field(default_factory=DivergenceConfig)
     init: InitConfig | None = dataclasses.field(default_factory=InitConfig)  # not `model.init`, the init rule
     # Globs over parameter or module names: freeze=[encoder.*] (no grads, not optimized). Any: one glob may

@@ -169,13 +169,13 @@ class IdxDataModule(IdxOptions, pl.LightningDataModule):
         dataset = self._ready(self.train_set)
         if getattr(self.trainer, "world_size", 1) > 1:
             # Lightning swaps in a DistributedSampler (shuffling, seeded per epoch) under DDP.
-            return self._loader(dataset, self.batch_size, shuffle=True)
+            return self._loader(dataset, self.batch_size, shuffle=True, drop_last=self.drop_last)
         # Its seed comes from the global seed (`seed=`), which makes the order repeatable.
         self.train_sampler = ResumableShuffle(len(dataset), seed=torch.initial_seed() % 2**62)
         if self._resume_at is not None:
             self.train_sampler.resume(*self._resume_at)
         # A generator of its own: creating the iterator then draws nothing from the global RNG.
-        return self._loader(dataset, self.batch_size, sampler=self.train_sampler,
+        return self._loader(dataset, self.batch_size, sampler=self.train_sampler, drop_last=self.drop_last,
                             generator=torch.Generator().manual_seed(self.train_sampler.seed))
 
     def resume_shuffle(self, seed: int, epoch: int, skip: int) -> None:

@@ -57,6 +57,8 @@ class IdxOptions:
         normalize: ``(x/255 - mean) / std``; ``mean``/``std`` None: the data set's (computed for ``idx``).
         n_classes: None: the data set's (for ``idx``, the largest training label + 1).
         download: fetch missing files from ``mirrors`` (None: the data set's); ``verify``: check their md5s.
+        drop_last: leave out the ragged last training batch of each epoch (static batch shapes: ``cuda_graph=true``
+            sets it); the images it leaves out differ from epoch to epoch, as the order does.
         cache_decoded: no effect (kept so older configs load). ``timeout``: seconds a download may wait.
     """
 
@@ -64,7 +66,7 @@ class IdxOptions:
                  val_size: int | float = 5000, seed: int = 0, num_workers: int = 0, augment_shift: int = 0,
                  normalize: bool = True, mean: float | None = None, std: float | None = None,
                  n_classes: int | None = None, download: bool = True, verify: bool = True, cache_decoded: bool = True,
-                 mirrors: Sequence[str] | None = None, timeout: float = 30.0) -> None:
+                 mirrors: Sequence[str] | None = None, timeout: float = 30.0, drop_last: bool = False) -> None:
         super().__init__()  # the LightningDataModule after this class in the bases
         for key, (accepts, allowed) in _OPTIONS.items():
             if not accepts(value := locals()[key]):
@@ -81,6 +83,7 @@ class IdxOptions:
         self.num_workers, self.augment_shift, self.normalize = num_workers, augment_shift, normalize
         self.mean, self.std, self._n_classes = mean, std, n_classes
         self.download, self.verify, self.timeout = download, verify, timeout  # cache_decoded: no effect
+        self.drop_last = drop_last
         # Hydra hands over a ListConfig; a tuple keeps the module picklable and printable.
         self.mirrors = tuple(str(m) for m in mirrors) if mirrors is not None else None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from typing import Any
 
 import pytorch_lightning as pl
@@ -12,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from modelforge.train.captured_step import WARMUP_STEPS, CapturedStep, StepSpec
 from modelforge.train.checkpoints import ResumeState
 from modelforge.train.compiled import compile_for_training, eagerly
 from modelforge.train.optim import build_scheduler, configure_optimizers
@@ -31,7 +33,7 @@ class ClassifierModule(pl.LightningModule):
 
     def __init__(self, model: nn.Module, config: dict[str, Any], n_classes: int = 10, label_smoothing: float = 0.0,
                  channels_last: bool = False, compile: bool = False, compile_backend: str = "inductor",
-                 compile_mode: str | None = None) -> None:
+                 compile_mode: str | None = None, cuda_graph: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["model"])
         self.model = model.to(memory_format=torch.channels_last) if channels_last else model
@@ -51,6 +53,7 @@ class ClassifierModule(pl.LightningModule):
         # Driven by this module's own hooks rather than registered as callbacks: Lightning dispatches every hook of
         # every callback at every step (~20 us each on a 2-core CPU).
         self.divergence = DivergenceGuard(divergence_bound(config), config)
+        self._captured: CapturedStep | None = None  # cuda_graph=true on a CUDA device, from on_train_start
         if getattr(model, "input_shape", None) is not None:
             # Only Lightning's model summary (trainer.enable_model_summary=true) runs it: true FLOPs.
             self.example_input_array = torch.zeros(1, *model.input_shape)
@@ -76,14 +79,26 @@ class ClassifierModule(pl.LightningModule):
     # Before anything that would keep or judge the weights a bad step left behind (the check of a GPU run's last
     # loss is deferred to the next step).
     def on_validation_start(self) -> None:
-        self.divergence.check_pending(self.trainer)
+        self._check_divergence()
 
     def on_train_end(self) -> None:
-        self.divergence.check_pending(self.trainer)
+        self._check_divergence()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.divergence.check_pending(self.trainer)
+        self._check_divergence()
         ResumeState.save(self.trainer, checkpoint)  # RNG and shuffle position
+        if self._captured is not None:  # resumable without a CUDA graph too: as a plain optimizer saves itself
+            for state in checkpoint.get("optimizer_states", []):
+                for group in state.get("param_groups", []):
+                    group["capturable"] = False
+                for per_param in state.get("state", {}).values():
+                    if isinstance(per_param.get("step"), Tensor):
+                        per_param["step"] = per_param["step"].cpu()
+
+    def _check_divergence(self) -> None:
+        self.divergence.check_pending(self.trainer)
+        if self._captured is not None and (bad := self._captured.bad(block=True)) is not None:
+            self.divergence.raise_if_bad(bad[1], self.trainer, bad[0], self.current_epoch)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         ResumeState.load(self._trainer, checkpoint)
@@ -110,6 +125,8 @@ class ClassifierModule(pl.LightningModule):
                      "the schedule is re-planned over %d steps, continuing from step %d",
                      self.global_step, planned, new_lr, ends, end, end, self.global_step)
             sched_config.scheduler = build_scheduler(optimizer, sched, end, lr, last_step=self.global_step - 1)
+        if self.hparams.cuda_graph and self._captured is None:
+            self._start_captured_step()
 
     def forward(self, x: Tensor) -> Tensor:
         if self.channels_last:
@@ -161,9 +178,10 @@ class ClassifierModule(pl.LightningModule):
             per_stage.pop(stage, None)
         self.acc[f"{stage}_acc"].reset()
 
-    def _log_epoch(self, stage: str) -> None:
+    def _log_epoch(self, stage: str, accuracy_value: Tensor | None = None) -> None:
         """``<stage>/loss`` (mean over samples) and ``<stage>/acc`` of the epoch, as Lightning's
-        ``on_epoch=True`` logged them; averaged over DDP ranks (accuracy syncs its own state)."""
+        ``on_epoch=True`` logged them; averaged over DDP ranks (accuracy syncs its own state).
+        ``accuracy_value``: the epoch's accuracy, counted elsewhere (a captured step counts its own)."""
         seen, total = self._seen.pop(stage, 0), self._loss_sum.pop(stage, 0.0)
         if self.trainer.world_size > 1:  # over every rank's samples: evaluation leaves ranks one sample apart
             summed = self.trainer.strategy.reduce(torch.tensor([float(total), seen], device=self.device), reduce_op="sum")
@@ -177,13 +195,62 @@ class ClassifierModule(pl.LightningModule):
                 self.log(f"{stage}/loss", mean, prog_bar=True, sync_dist=True)
         self._update_accuracy(stage)
         accuracy = self.acc[f"{stage}_acc"]
-        if accuracy.update_count:
+        if accuracy_value is not None:
+            self.log(f"{stage}/acc", accuracy_value, prog_bar=True)
+        elif accuracy.update_count:
             # compute() already syncs over ranks; sync_dist averages equal values and tells Lightning it is synced
             self.log(f"{stage}/acc", accuracy.compute(), prog_bar=True, sync_dist=True)
         accuracy.reset()
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor | None:
+        if self._captured is None:
+            return self._step(batch, "train")
+        # The graph ran forward, backward and the update: nothing is left for Lightning to backpropagate (None).
+        x, y = batch
+        self._latest["loss"] = self._captured.step(x, y)
+        self._captured.count(len(y))
+        if (bad := self._captured.bad(block=False)) is not None:
+            self.divergence.raise_if_bad(bad[1], self.trainer, bad[0], self.current_epoch)
+        return None
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        if self._captured is None:
+            return super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        optimizer_closure()  # runs training_step, whose replay stepped the optimizer inside the graph
+        return None
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        if self._captured is None:  # a replay overwrites the graph's gradients: nothing to zero
+            super().optimizer_zero_grad(epoch, batch_idx, optimizer)
+
+    def _start_captured_step(self) -> None:
+        """``cuda_graph=true``: the training step captured on a CUDA device, or said why not (it trains eagerly)."""
+        if self.device.type != "cuda":
+            log.info("cuda_graph=true: this run trains on %s, not a CUDA GPU: its steps run eagerly", self.device.type)
+            return
+        trainer = self.trainer
+        precision = str(trainer.precision)
+        spec = StepSpec(autocast_dtype=torch.bfloat16 if precision == "bf16-mixed" else None,
+                        clip_value=trainer.gradient_clip_val, clip_algorithm=str(trainer.gradient_clip_algorithm
+                                                                                 or "norm"),
+                        max_loss=self.divergence.max_loss)
+        optimizer = self.optimizers().optimizer  # the torch optimizer under Lightning's wrapper
+        self._captured = CapturedStep(self, self.loss, optimizer, spec, first_step=self.global_step,
+                                      check_every=trainer.log_every_n_steps)
+        # Lightning says once that training_step returned None: on purpose here.
+        warnings.filterwarnings("ignore", message=r"`training_step` returned `None`")
+        log.info("cuda_graph=true: the training step runs eagerly for %d batches, then is captured in a CUDA graph and "
+                 "replayed; the ragged last batch of each epoch is left out (data.drop_last)", WARMUP_STEPS)
+
+    def _captured_epoch_accuracy(self) -> Tensor | None:
+        """At a captured epoch's end: its loss sum and sample count into the epoch figures; its accuracy."""
+        if self._captured is None:
+            return None
+        if (bad := self._captured.bad(block=True)) is not None:
+            self.divergence.raise_if_bad(bad[1], self.trainer, bad[0], self.current_epoch)
+        seen = self._captured.seen
+        self._loss_sum["train"], self._seen["train"] = self._captured.loss_sum.clone(), seen
+        return self._captured.correct.double() / max(seen, 1)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._step(batch, "val")
@@ -192,8 +259,12 @@ class ClassifierModule(pl.LightningModule):
         self._step(batch, "test")
 
     # Each stage's state is reset when its epoch starts and logged when it ends.
-    def on_train_epoch_start(self) -> None: self._start_epoch("train")
-    def on_train_epoch_end(self) -> None: self._log_epoch("train")
+    def on_train_epoch_start(self) -> None:
+        self._start_epoch("train")
+        if self._captured is not None:
+            self._captured.start_epoch()
+
+    def on_train_epoch_end(self) -> None: self._log_epoch("train", self._captured_epoch_accuracy())
     def on_validation_epoch_start(self) -> None: self._start_epoch("val")
     def on_validation_epoch_end(self) -> None: self._log_epoch("val")
     def on_test_epoch_start(self) -> None: self._start_epoch("test")

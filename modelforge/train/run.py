@@ -62,7 +62,8 @@ def _prepare(run: RunConfig, run_dir: Path,
     model = run.network
     module = ClassifierModule(model, config=run.config, n_classes=getattr(run.datamodule, "n_classes", 10),
                               label_smoothing=run.label_smoothing, channels_last=run.channels_last,
-                              compile=run.compile, compile_backend=run.compile_backend, compile_mode=run.compile_mode)
+                              compile=run.compile, compile_backend=run.compile_backend, compile_mode=run.compile_mode,
+                              cuda_graph=run.cuda_graph)
     for plugin in run.plugins:  # a layer pattern that matches nothing fails now, not at fit time
         plugin.targets(model)
     if ckpt is not None:

@@ -31,8 +31,9 @@ from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.train.callbacks import build_callbacks, check_loggers
+from modelforge.train.captured_step import check_cuda_graph
 from modelforge.train.compiled import check_compile_options
-from modelforge.train.optim import validate_optim
+from modelforge.train.optim import build_optimizer, validate_optim
 from modelforge.train.stopping import divergence_bound
 from modelforge.train.trainer import (
     build_datamodule,
@@ -65,6 +66,7 @@ class RunConfig:
     transfer: Transfer = field(default_factory=Transfer)  # init.from loaded, freeze applied to ``network``
     compile_backend: str = "inductor"
     compile_mode: str | None = None
+    cuda_graph: bool = False
 
 
 def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunConfig:
@@ -79,6 +81,8 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
         raise UnknownNameError("metric", monitor, MONITORED_METRICS, path="monitor")
     if ckpt_path is not None and not Path(ckpt_path).expanduser().is_file():
         raise CheckpointError(f"ckpt_path: no checkpoint file at {Path(ckpt_path).expanduser()}")
+    if plain["cuda_graph"]:  # a captured step has one batch shape: the ragged last training batch is left out
+        plain["data"] = {**(plain.get("data") or {}), "drop_last": True}
     datamodule = build_datamodule(plain.get("data") or {})
     # The model's input shape and class count follow the data unless set (and then must agree).
     plain["model"] = fill_model_shapes(model_config_from_run(plain), datamodule,
@@ -99,6 +103,9 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     divergence_bound(plain)
     check_compile_options(plain["compile_backend"], plain["compile_mode"])
+    if plain["cuda_graph"]:
+        check_cuda_graph(plain, plugins, build_optimizer(network, plain.get("optim") or {}))
     return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
                      channels_last=plain["channels_last"], compile=plain["compile"], ckpt_path=ckpt_path,
-                     transfer=transfer, compile_backend=plain["compile_backend"], compile_mode=plain["compile_mode"])
+                     transfer=transfer, compile_backend=plain["compile_backend"], compile_mode=plain["compile_mode"],
+                     cuda_graph=plain["cuda_graph"])

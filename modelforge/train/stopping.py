@@ -85,7 +85,7 @@ class DivergenceGuard(Callback):
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
         value = _unscaled(trainer, loss.detach().float())
         if not self._deferred:
-            return self._check(float(value.item()), trainer, trainer.global_step, trainer.current_epoch)
+            return self.raise_if_bad(float(value.item()), trainer, trainer.global_step, trainer.current_epoch)
         self.check_pending(trainer)  # the previous step's loss: its copy is done unless the GPU lags a step
         done = None
         if value.is_cuda:
@@ -100,12 +100,12 @@ class DivergenceGuard(Callback):
         self._pending = None
         if done is not None:
             done.synchronize()
-        self._check(float(value), trainer, step, epoch)
+        self.raise_if_bad(float(value), trainer, step, epoch)
 
     # Before anything that would keep or judge the weights a bad step left behind.
     on_validation_start = on_save_checkpoint = on_train_end = check_pending
 
-    def _check(self, value: float, trainer: pl.Trainer, step: int, epoch: int) -> None:
+    def raise_if_bad(self, value: float, trainer: pl.Trainer, step: int, epoch: int) -> None:
         bad = not math.isfinite(value)
         if not bad and (self.max_loss is None or value <= self.max_loss):
             return
