@@ -109,8 +109,22 @@ def build_graph(
     builder = GraphBuilder(composites, choose_scale(scales, scale, path))
     input_shape = (in_channels, *input_size)
     scope = _model_scope(in_channels, input_size, n_classes, params, path)
-    graph, _ = builder.build(table, (torch.zeros(2, *input_shape),), scope, top=True)
+    graph, output = builder.build(table, (torch.zeros(2, *input_shape),), scope, top=True)
+    _check_class_count(output, n_classes, table, path)
     return initialize(GraphModel(graph, input_shape), init or {})
+
+
+def _check_class_count(output: Any, n_classes: int, table: NodeTable, path: str) -> None:
+    """A model that outputs one value per sample and channel ([B, C] or [B, C, 1, 1]) gives ``n_classes`` of them."""
+    if not isinstance(output, Tensor) or output.dim() < 2 or any(size != 1 for size in output.shape[2:]):
+        return  # several outputs, or a feature map: not a classifier's logits
+    if output.shape[1] != n_classes:
+        last = table.output[0]
+        raise ConfigError(f"{path}.nodes.{last.node}",
+                          f"the output node {str(last)!r} gives {output.shape[1]} values per sample, "
+                          f"but the data has {n_classes} classes ({path}.n_classes)",
+                          hint="write the head's width as n_classes (out_features: n_classes or out_channels: "
+                               "n_classes): scales never change it")
 
 
 GraphConfig = schema_from_signature(build_graph, "graph", check=check_graph, exclude=("path",))

@@ -32,7 +32,7 @@ from modelforge.models.graph_spec import (
     NodeTable,
     Ref,
 )
-from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale
+from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale, scale_widths
 from modelforge.models.shapes import describe_output
 
 Source = tuple[str, tuple[int, ...]]  # a node (or "input") and the indices into its output
@@ -232,12 +232,13 @@ class GraphBuilder:
         if composite is not None and composite.config.repeats and count is not None:
             fixed_args[composite.config.repeats] = count  # the count goes inside (C2f's bottlenecks)
             count = None
+        widths = (WIDTH_ARG, *(composite.config.widths if composite is not None else ()))
         copies, outputs = [], []
         for i in range(count or 1):
             scope = {**names, "index": i} if count is not None else names
             args = {**resolve_args(node.args, scope, f"{path}.args"), **fixed_args}
-            if top and isinstance(args.get(WIDTH_ARG), int):
-                args[WIDTH_ARG] = self.scale.channels(args[WIDTH_ARG])
+            if top:
+                args = scale_widths(self.scale, args, node.args, widths)
             copy_path = f"{path}[{i}]" if count is not None else path
             if composite is not None:
                 module, out = self._composite(composite, args, inputs, path, copy_path)
