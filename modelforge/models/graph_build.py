@@ -18,12 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from modelforge.config import require_positive
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
 from modelforge.layers.expressions import evaluate, resolve_args
 from modelforge.layers.kwargs import check_kwargs
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
+from modelforge.models.graph_bounds import Bounds, repeat_count
 from modelforge.models.graph_spec import (
     INPUT,
     REQUIRED,
@@ -142,9 +142,11 @@ def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: l
 class GraphBuilder:
     """Builds node tables with the model's composites and scale; one builder per model."""
 
-    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY) -> None:
+    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY, bounds: Bounds = Bounds()) -> None:
         self.composites = composites
         self.scale = scale
+        self.bounds = bounds
+        self.built = 0  # nodes built so far, copies and composite parts included
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph") -> tuple[Graph, Any]:
@@ -206,13 +208,11 @@ class GraphBuilder:
         return bool(node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when"))
 
     def _repeats(self, node: NodeConfig, names: Mapping[str, Any], top: bool, path: str) -> int | None:
-        if node.repeat is None:
-            return None
-        count = evaluate(node.repeat, names, f"{path}.repeat") if isinstance(node.repeat, str) else node.repeat
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise ConfigError(f"{path}.repeat", f"expected a whole number of copies, got {count!r}")
-        require_positive(count, f"{path}.repeat")
-        return self.scale.repeats(count) if top else count
+        count = repeat_count(node, names, path)
+        if count is not None:
+            count = self.scale.repeats(count) if top else count
+            self.bounds.check_repeat(count, f"{path}.repeat")
+        return count
 
     def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any],
               names: Mapping[str, Any], top: bool, keep_all: bool, path: str) -> tuple[nn.Module, Any]:
@@ -235,6 +235,8 @@ class GraphBuilder:
         widths = (WIDTH_ARG, *(composite.config.widths if composite is not None else ()))
         copies, outputs = [], []
         for i in range(count or 1):
+            self.built += 1
+            self.bounds.check_built(self.built, path)
             scope = {**names, "index": i} if count is not None else names
             args = {**resolve_args(node.args, scope, f"{path}.args"), **fixed_args}
             if top:
