@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
 from modelforge.layers.expressions import evaluate, resolve_args
-from modelforge.layers.kwargs import check_kwargs
+from modelforge.layers.kwargs import check_kwargs, whole_number_params
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
 from modelforge.models.graph_bounds import Bounds, repeat_count
@@ -117,6 +117,17 @@ def _max_inputs(kind: type) -> int | None:
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return None
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+def _check_whole_numbers(factory: Any, args: Mapping[str, Any], written: Mapping[str, Any], path: str) -> None:
+    """A width or count that an expression (or the YAML) made a float, named before torch fails on it."""
+    for key in whole_number_params(factory) & args.keys():
+        value, raw = args[key], written.get(key)
+        if isinstance(value, (float, str)):
+            said = f"expression {raw!r} is {value!r}," if isinstance(raw, str) and raw != value else f"{value!r} is"
+            how = ("compute it with // and whole numbers (c * 3 // 2 rather than c * 1.5)" if isinstance(value, float)
+                   else "a word that names no parameter stays a word (is a parameter's name misspelt?)")
+            raise ConfigError(f"{path}.{key}", f"{said} not a whole number", hint=f"{key} takes a whole number: {how}")
 
 
 def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: list[str], shapes: list[Any],
@@ -242,6 +253,8 @@ class GraphBuilder:
             if top:
                 args = scale_widths(self.scale, args, node.args, widths)
             copy_path = f"{path}[{i}]" if count is not None else path
+            if factory is not None:
+                _check_whole_numbers(factory, args, node.args, f"{path}.args")
             if composite is not None:
                 module, out = self._composite(composite, args, inputs, path, copy_path)
             else:
@@ -272,7 +285,10 @@ class GraphBuilder:
                               suggestions=exc.suggestions, hint=exc.hint) from None
         except (ModelforgeError, TypeError, ValueError, RuntimeError, AssertionError) as exc:  # torch.nn's own checks
             problem = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise ConfigError(path, f"node {name!r} ({block_name}): {problem}", hint=tuple_hint) from None
+            if tuples:  # widths are not inferred from a tuple: that is the problem to name
+                problem = f"does not fit its input {described}: {problem}"
+            raise ConfigError(path, f"node {name!r} ({block_name}){'' if tuples else ':'} {problem}",
+                              hint=tuple_hint) from None
         _check_inputs(name, block_name, block, labels, shapes, described, path)
         try:
             with torch.no_grad():

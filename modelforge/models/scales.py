@@ -93,6 +93,7 @@ def choose_scale(scales: Mapping[str, Any] | None, scale: str | None, path: str 
         raise ConfigError(f"{path}.scale", f"this model has no scales table, so scale {scale!r} means nothing",
                           hint=f"remove {path}.scale, or add a `scales` table to the model file")
     if str(scale) not in table:
+        same_but_case = [name for name in table if name.lower() == str(scale).lower()]  # N -> n
         raise ConfigError(f"{path}.scale", f"unknown scale {scale!r}", allowed=list(table),
-                          suggestions=closest_names(str(scale), table))
+                          suggestions=same_but_case or closest_names(str(scale), table))
     return table[str(scale)]

@@ -76,6 +76,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "configs" / "blocks" / "gates.yaml").write_text(GATE)
     (root / "configs" / "model" / "resnetish.yaml").write_text(MODEL)
     (root / "configs" / "model" / "typo.yaml").write_text(MODEL.replace("{width: 8}", "{widht: 8}"))
+    (root / "configs" / "blocks" / "broken.yaml").write_text(BLOCKS.replace("out_channels: width, kernel_size: kernel, "
+                                                                          "activation", "out_channels: widht * 2, "
+                                                                          "kernel_size: kernel, activation"))
+    (root / "configs" / "model" / "broken.yaml").write_text(MODEL.replace("/blocks/mine@", "/blocks/broken@"))
     (root / "configs" / "model" / "scaled.yaml").write_text(SCALED)
     (root / "configs" / "model" / "narrow_head.yaml").write_text(SCALED.replace("out_channels: n_classes", "out_channels: 8"))
     write_mnist_idx(root / "mnist", n_train=96, n_test=32)
@@ -143,3 +147,12 @@ def test_a_head_narrower_than_the_class_count_is_one_error(run_main, project: Pa
     assert result.stderr.splitlines()[0] == ("error: model.nodes.flat: the output node 'flat' gives 8 values per "
                                              "sample, but the data has 10 classes (model.n_classes)"), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_error_inside_the_users_composite_names_its_file_and_line(run_main, project: Path) -> None:
+    result = run_main("summary", "--config-dir", "configs", "model=broken", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        "error: model.blocks.resunit.nodes.conv2.args.out_channels: expression 'widht * 2': unknown parameter "
+        f"'widht' [in model.nodes.body[0]] (defined at {project / 'configs' / 'blocks' / 'broken.yaml'}:6)")
+    assert "did you mean 'width'?" in result.stderr and "Traceback" not in result.stderr
