@@ -181,6 +181,15 @@ def drop_signature_defaults(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if k != "defaults"}
 
 
+def model_label(cfg: Mapping[str, Any], files: ModelFiles | None = None) -> str:
+    """How a run names its model: ``cnn``, or the model file a graph was composed from (``resnet18``,
+    ``configs/my.yaml`` -> ``my``) with its scale (``yolov8_cls (scale s)``). ``files``: the Hydra run's by default."""
+    name = str(cfg.get("name"))
+    files = files or ModelFiles.of_hydra_run()
+    label = Path(files.model).stem if files is not None and name == "graph" else name
+    return f"{label} (scale {cfg['scale']})" if cfg.get("scales") and cfg.get("scale") is not None else label
+
+
 def model_config_from_run(run_cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
     """The model config of a full run config, with CLI shortcuts (``enc_sizes=...``) merged in."""
     from modelforge.config import apply_model_shortcuts

@@ -139,6 +139,7 @@ def test_a_scaled_model_with_a_conv_head_trains(project: Path, scale: str) -> No
         "data.val_size=32", "data.verify=false", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false",
         f"hydra.run.dir=run_{scale}", cwd=project, env={"MODELFORGE_DATA": str(project / "mnist")})
     assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(rf"model scaled \(scale {scale}\): [0-9,]+ params, ", result.stdout + result.stderr)
 
 
 def test_a_head_narrower_than_the_class_count_is_one_error(run_main, project: Path) -> None:
