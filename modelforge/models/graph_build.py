@@ -18,13 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from modelforge.config import require_positive
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
-from modelforge.layers.blocks import MERGE_BLOCKS
 from modelforge.layers.expressions import evaluate, resolve_args
-from modelforge.layers.kwargs import check_kwargs
+from modelforge.layers.kwargs import check_kwargs, whole_number_params
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
+from modelforge.models.graph_bounds import Bounds, repeat_count
 from modelforge.models.graph_spec import (
     INPUT,
     REQUIRED,
@@ -33,7 +32,7 @@ from modelforge.models.graph_spec import (
     NodeTable,
     Ref,
 )
-from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale
+from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale, scale_widths
 from modelforge.models.shapes import describe_output
 
 Source = tuple[str, tuple[int, ...]]  # a node (or "input") and the indices into its output
@@ -120,23 +119,45 @@ def _max_inputs(kind: type) -> int | None:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
-def _check_merge(name: str, block: nn.Module, described: str, shapes: list[torch.Size], path: str) -> None:
-    dim = getattr(block, "dim", None)
-    for shape in shapes[1:]:
-        a, b = list(shapes[0]), list(shape)
-        if dim is not None and len(a) == len(b):
-            a.pop(dim), b.pop(dim)
-        if a != b:
-            how = "add" if dim is None else f"concatenate along dim {dim}"
-            raise ConfigError(path, f"node {name!r} cannot {how} inputs of shapes {described}")
+def _check_whole_numbers(factory: Any, args: Mapping[str, Any], written: Mapping[str, Any], path: str) -> None:
+    """A width or count that an expression (or the YAML) made a float, named before torch fails on it."""
+    for key in whole_number_params(factory) & args.keys():
+        value, raw = args[key], written.get(key)
+        if isinstance(value, (float, str)):
+            said = f"expression {raw!r} is {value!r}," if isinstance(raw, str) and raw != value else f"{value!r} is"
+            how = ("compute it with // and whole numbers (c * 3 // 2 rather than c * 1.5)" if isinstance(value, float)
+                   else "a word that names no parameter stays a word (is a parameter's name misspelt?)")
+            raise ConfigError(f"{path}.{key}", f"{said} not a whole number", hint=f"{key} takes a whole number: {how}")
+
+
+def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: list[str], shapes: list[Any],
+                  described: str, path: str) -> None:
+    """The number of inputs a block's forward takes, and the shapes its ``check_shapes`` accepts."""
+    most = _max_inputs(block if isinstance(block, type) else type(block))
+    if most == 0 and labels:
+        raise ConfigError(f"{path}.inputs", f"block {block_name!r} reads no input, got {len(labels)}",
+                          hint="write inputs: [] for this node")
+    if most is not None and len(labels) > most:
+        raise ConfigError(f"{path}.inputs",
+                          f"block {block_name!r} takes {'one input' if most == 1 else f'{most} inputs'}, "
+                          f"got {len(labels)}", hint="merge several inputs with an 'add' or 'concat' node")
+    if not labels and most != 0:
+        raise ConfigError(f"{path}.inputs", f"node {name!r} reads no input, but block {block_name!r} needs one",
+                          hint="remove `inputs: []` to read the node above, or name the nodes it reads")
+    check = None if isinstance(block, type) else getattr(block, "check_shapes", None)
+    problem = check([list(s) for s in shapes]) if check is not None and labels else None
+    if problem:
+        raise ConfigError(path, f"node {name!r} {problem} {described}")
 
 
 class GraphBuilder:
     """Builds node tables with the model's composites and scale; one builder per model."""
 
-    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY) -> None:
+    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY, bounds: Bounds = Bounds()) -> None:
         self.composites = composites
         self.scale = scale
+        self.bounds = bounds
+        self.built = 0  # nodes built so far, copies and composite parts included
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph") -> tuple[Graph, Any]:
@@ -198,13 +219,11 @@ class GraphBuilder:
         return bool(node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when"))
 
     def _repeats(self, node: NodeConfig, names: Mapping[str, Any], top: bool, path: str) -> int | None:
-        if node.repeat is None:
-            return None
-        count = evaluate(node.repeat, names, f"{path}.repeat") if isinstance(node.repeat, str) else node.repeat
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise ConfigError(f"{path}.repeat", f"expected a whole number of copies, got {count!r}")
-        require_positive(count, f"{path}.repeat")
-        return self.scale.repeats(count) if top else count
+        count = repeat_count(node, names, path)
+        if count is not None:
+            count = self.scale.repeats(count) if top else count
+            self.bounds.check_repeat(count, f"{path}.repeat")
+        return count
 
     def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any],
               names: Mapping[str, Any], top: bool, keep_all: bool, path: str) -> tuple[nn.Module, Any]:
@@ -214,6 +233,9 @@ class GraphBuilder:
         if composite is None:
             factory = resolve_block(node.block, f"{path}.block")
             check_kwargs(factory, node.args, f"{path}.args", f"block {node.block!r}")
+        elif not inputs:
+            raise ConfigError(f"{path}.inputs", f"node {name!r} reads no input, but composite {node.block!r} needs one",
+                              hint="remove `inputs: []` to read the node above, or name the nodes it reads")
         count = self._repeats(node, names, top, path)
         if count is not None and len(inputs) != 1:
             raise ConfigError(f"{path}.repeat", f"node {name!r} reads {len(inputs)} inputs; only a one-input node repeats")
@@ -221,13 +243,18 @@ class GraphBuilder:
         if composite is not None and composite.config.repeats and count is not None:
             fixed_args[composite.config.repeats] = count  # the count goes inside (C2f's bottlenecks)
             count = None
+        widths = (WIDTH_ARG, *(composite.config.widths if composite is not None else ()))
         copies, outputs = [], []
         for i in range(count or 1):
+            self.built += 1
+            self.bounds.check_built(self.built, path)
             scope = {**names, "index": i} if count is not None else names
             args = {**resolve_args(node.args, scope, f"{path}.args"), **fixed_args}
-            if top and isinstance(args.get(WIDTH_ARG), int):
-                args[WIDTH_ARG] = self.scale.channels(args[WIDTH_ARG])
+            if top:
+                args = scale_widths(self.scale, args, node.args, widths)
             copy_path = f"{path}[{i}]" if count is not None else path
+            if factory is not None:
+                _check_whole_numbers(factory, args, node.args, f"{path}.args")
             if composite is not None:
                 module, out = self._composite(composite, args, inputs, path, copy_path)
             else:
@@ -246,28 +273,30 @@ class GraphBuilder:
                inputs: list[Any], path: str) -> tuple[nn.Module, Any]:
         described = _describe(labels, inputs)
         shapes = [x.shape if isinstance(x, Tensor) else () for x in inputs]
+        tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
+        tuple_hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
+        if not inputs and isinstance(factory, type) and _max_inputs(factory) != 0:
+            _check_inputs(name, block_name, factory, labels, shapes, described, path)  # before it fails unfed
         try:
             block = factory(**infer_widths(factory, args, shapes))
+        except ConfigError as exc:  # a block of ours refusing one of its arguments
+            raise ConfigError(f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
+                              f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,
+                              suggestions=exc.suggestions, hint=exc.hint) from None
         except (ModelforgeError, TypeError, ValueError, RuntimeError, AssertionError) as exc:  # torch.nn's own checks
             problem = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise ConfigError(path, f"node {name!r} ({block_name}): {problem}") from None
-        if isinstance(block, MERGE_BLOCKS):
-            _check_merge(name, block, described, shapes, path)
-        else:
-            most = _max_inputs(type(block))
-            if most is not None and len(inputs) > most:
-                raise ConfigError(f"{path}.inputs",
-                                  f"block {block_name!r} takes {'one input' if most == 1 else f'{most} inputs'}, "
-                                  f"got {len(inputs)}", hint="merge several inputs with an 'add' or 'concat' node")
+            if tuples:  # widths are not inferred from a tuple: that is the problem to name
+                problem = f"does not fit its input {described}: {problem}"
+            raise ConfigError(path, f"node {name!r} ({block_name}){'' if tuples else ':'} {problem}",
+                              hint=tuple_hint) from None
+        _check_inputs(name, block_name, block, labels, shapes, described, path)
         try:
             with torch.no_grad():
                 out = block.eval()(*inputs)
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, AssertionError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
-            hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
             raise ConfigError(path, f"node {name!r} ({block_name}) does not fit its input {described}: {first}",
-                              hint=hint) from None
+                              hint=tuple_hint) from None
         return block.train(), out
 
     def _composite(self, composite: Composite, args: dict[str, Any], inputs: list[Any], node_path: str,
