@@ -33,7 +33,7 @@ from modelforge.deploy.metadata import (
 )
 from modelforge.deploy.paths import check_output_place, names_a_folder
 from modelforge.deploy.runtime import open_model
-from modelforge.deploy.signals import stopped_by_signals
+from modelforge.deploy.signals import Doing, stopped_by_signals
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
 from modelforge.files.atomic import write_bytes, write_json, write_to_path
 
@@ -81,27 +81,34 @@ def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: s
             ckpt = getattr(model, "checkpoint_path", None)
             place = (Path(ckpt).parent, Path(ckpt).stem) if ckpt else (Path.cwd(), _name(model, meta))
             path = _output_path(output, format, *place, overwrite)
-        example = torch.randn(2 if dynamic_batch else batch_size, *meta["input_shape"])
-        options = {"dynamic_batch": dynamic_batch, "method": method, "opset": opset}
-        started = time.perf_counter()
-        now.what = f"while exporting {_name(model, meta)} to {format}; nothing was written"
-        try:
-            artifact = BUILDERS[format](model, example, **options)
-        except ExportError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - each exporter fails in its own kinds: one message says where
-            raise _cannot_export(format, model, example, options, exc) from None
-        kept = "; the earlier file there is unchanged" if path.exists() else ""
-        now.what = f"while writing {path}; it was not written and no temp file is left{kept}"
-        WRITERS[format](artifact, path, metadata_json(meta))
-        shape = "any batch size" if dynamic_batch else f"batches of {batch_size}"
-        print(f"exported {_name(model, meta)} to {path} ({format}, {path.stat().st_size / 1e6:.2f} MB, {shape}) "
-              f"in {time.perf_counter() - started:.1f} s")
+        _build_and_write(model, meta, path, format, now, dynamic_batch=dynamic_batch, batch_size=batch_size,
+                         method=method, opset=opset)
         if check:
             now.what = f"while checking {path}; the file is written, its check did not finish (check=false skips it)"
             check_export(model, path, format, atol=atol, n_images=n_images, data_dir=data_dir,
                          batch_size=None if dynamic_batch else batch_size)
     return path
+
+
+def _build_and_write(model: nn.Module, meta: dict[str, Any], path: Path, format: str, now: Doing, *,
+                     dynamic_batch: bool, batch_size: int, method: str, opset: int | None) -> None:
+    """Export ``model`` in memory, then write it to ``path`` with its metadata; ``now`` says which of the two runs."""
+    example = torch.randn(2 if dynamic_batch else batch_size, *meta["input_shape"])
+    options = {"dynamic_batch": dynamic_batch, "method": method, "opset": opset}
+    started = time.perf_counter()
+    now.what = f"while exporting {_name(model, meta)} to {format}; nothing was written"
+    try:
+        artifact = BUILDERS[format](model, example, **options)
+    except ExportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - each exporter fails in its own kinds: one message says where
+        raise _cannot_export(format, model, example, options, exc) from None
+    kept = "; the earlier file there is unchanged" if path.exists() else ""
+    now.what = f"while writing {path}; it was not written and no temp file is left{kept}"
+    WRITERS[format](artifact, path, metadata_json(meta))
+    shape = "any batch size" if dynamic_batch else f"batches of {batch_size}"
+    print(f"exported {_name(model, meta)} to {path} ({format}, {path.stat().st_size / 1e6:.2f} MB, {shape}) "
+          f"in {time.perf_counter() - started:.1f} s")
 
 
 def export_task(cfg: Mapping[str, Any]) -> Path:

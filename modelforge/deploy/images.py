@@ -34,9 +34,9 @@ INVERT_CHOICES = ("auto", True, False)
 LIGHT_BORDER = 127.5
 # An image with more pixels is refused (max_pixels=): decoding one takes up to 4 bytes a pixel (color), 1 (gray).
 MAX_PIXELS = 120_000_000
-# A decoded image whose shorter side is KEEP_SIDE times 2 or more is reduced at once (box filter, whole factors) to a
-# shorter side of KEEP_SIDE to 2 * KEEP_SIDE - 1: 4 times and more the sides of an MNIST-sized model's input. JPEGs
-# are decoded at that size (Pillow's draft: 1/2 to 1/8 scale, in gray).
+# A decoded image whose shorter side is 2 * KEEP_SIDE or more is reduced at once (box filter, by a whole factor) to a
+# shorter side of KEEP_SIDE to 2 * KEEP_SIDE - 1, 9 times and more an MNIST-sized model's input side; a JPEG is
+# decoded near that size (Pillow's draft: at 1/2 to 1/8 scale, in gray).
 KEEP_SIDE = 256
 # Modes Pillow's reduce() refuses or gets wrong (it would average palette indices): reduced as these.
 _REDUCED_AS = {"1": "L", "P": "RGBA", "PA": "RGBA", "I;16": "I", "I;16B": "I", "I;16L": "I", "I;16N": "I"}
