@@ -33,7 +33,7 @@ from modelforge.deploy.metadata import (
 )
 from modelforge.deploy.paths import check_output_place, names_a_folder
 from modelforge.deploy.runtime import open_model
-from modelforge.deploy.signals import Doing, stopped_by_signals
+from modelforge.deploy.signals import Doing, stop_behind, stopped_by_signals
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
 from modelforge.files.atomic import write_bytes, write_json, write_to_path
 
@@ -102,6 +102,8 @@ def _build_and_write(model: nn.Module, meta: dict[str, Any], path: Path, format:
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 - each exporter fails in its own kinds: one message says where
+        if (stop := stop_behind(exc)) is not None:
+            raise stop from None  # a signal, not the model: no probing of the other formats
         raise _cannot_export(format, model, example, options, exc) from None
     kept = "; the earlier file there is unchanged" if path.exists() else ""
     now.what = f"while writing {path}; it was not written and no temp file is left{kept}"
@@ -331,7 +333,9 @@ def _probe(format: str, model: nn.Module, example: Tensor, options: dict[str, An
         return None
     try:
         return BUILDERS[format](model, example, **{**options, "method": "trace"})
-    except Exception:  # noqa: BLE001 - a probe: any failure means "not this format"
+    except Exception as exc:  # noqa: BLE001 - a probe: any failure means "not this format", but for a signal
+        if (stop := stop_behind(exc)) is not None:
+            raise stop from None
         return None
 
 

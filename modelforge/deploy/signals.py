@@ -45,10 +45,26 @@ def stopped_by_signals(doing: str) -> Iterator[Doing]:
     saved = signal.signal(signal.SIGTERM, on_signal) if main else None
     try:
         yield now
-    except _Signalled as stop:
-        raise Terminated(stop.signum, now.what) from None
-    except KeyboardInterrupt:
-        raise Interrupted(now.what) from None
+    except BaseException as exc:
+        stop = stop_behind(exc)
+        if isinstance(stop, _Signalled):
+            raise Terminated(stop.signum, now.what) from None
+        if isinstance(stop, KeyboardInterrupt):
+            raise Interrupted(now.what) from None
+        raise
     finally:
         if main:
             signal.signal(signal.SIGTERM, saved if saved is not None else signal.SIG_DFL)
+
+
+def stop_behind(exc: BaseException) -> BaseException | None:
+    """The SIGTERM or Ctrl-C among ``exc`` and the exceptions it was raised while handling: an exporter wraps
+    what stopped it in an error of its own (torch.onnx's TorchExportError), which must not read as its failure."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, (_Signalled, KeyboardInterrupt)):
+            return found
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return None
