@@ -139,10 +139,10 @@ class Terminated(RunStopped):
     status = "terminated"
     ends_sweep = True
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, during: str = "") -> None:
         self.signum = int(signum)
         self.exit_code = 128 + self.signum
-        super().__init__(f"stopped by {signal.Signals(self.signum).name}")
+        super().__init__(f"stopped by {signal.Signals(self.signum).name}{f' {during}' if during else ''}")
 
 
 class Interrupted(RunStopped):
@@ -152,8 +152,8 @@ class Interrupted(RunStopped):
     exit_code = 128 + signal.SIGINT
     ends_sweep = True
 
-    def __init__(self) -> None:
-        super().__init__("stopped by Ctrl-C (SIGINT)")
+    def __init__(self, during: str = "") -> None:
+        super().__init__(f"stopped by Ctrl-C (SIGINT){f' {during}' if during else ''}")
 
 
 class Diverged(RunStopped):

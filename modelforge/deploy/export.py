@@ -11,11 +11,9 @@ import inspect
 import io
 import logging
 import math
-import os
 import re
 import time
 import traceback
-import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -25,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.config import load_config
-from modelforge.deploy.load import load_model
+from modelforge.deploy.load import existing_file, load_model, resolve_checkpoint
 from modelforge.deploy.metadata import (
     METADATA_KEY,
     ONNX_METADATA_KEY,
@@ -33,8 +31,11 @@ from modelforge.deploy.metadata import (
     model_metadata,
     read_metadata,
 )
+from modelforge.deploy.paths import check_output_place, names_a_folder
 from modelforge.deploy.runtime import open_model
+from modelforge.deploy.signals import Doing, stop_behind, stopped_by_signals
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
+from modelforge.files.atomic import write_bytes, write_json, write_to_path
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: str | Path | None = None, *,
            atol: float = 1e-4, check: bool = True, n_images: int = 300, data_dir: str | Path | None = None,
            dynamic_batch: bool = True, batch_size: int = 1, method: str = "trace", opset: int | None = None,
-           ema: bool = True) -> Path:
+           ema: bool = True, overwrite: bool = False) -> Path:
     """Write ``model_or_path`` (a module, a ``.ckpt`` or a run directory) as a ``format`` file; return its path.
 
     Args:
@@ -60,32 +61,56 @@ def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: s
         dynamic_batch: any batch size; false: batches of ``batch_size`` only.
         method: TorchScript's ``trace`` or ``script``. ``opset``: ONNX's (None: torch's default).
         ema: a run that averaged its weights (``callbacks=[ema]``) exports the average; false: the trained ones.
+        overwrite: replace a file already at the output path (else refused before any work, as run directories are).
+
+    SIGTERM or Ctrl-C stop it with :class:`~modelforge.errors.Terminated` / ``Interrupted`` saying what they
+    interrupted; a file being written is then not written, and leaves no temp file.
     """
     format, method = _checked_choice("format", format, FORMATS), _checked_choice("method", method, METHODS)
     _check_numbers(atol=atol, n_images=n_images, batch_size=batch_size, **({"opset": opset} if opset else {}))
     if format == "onnx":
         _need_onnx()
-    model = _without_hooks(load_model(model_or_path, ema=ema) if isinstance(model_or_path, (str, Path))
-                           else model_or_path)
-    meta = _metadata(model)
-    path = _output_path(output, format, model, meta)
+    from_file = isinstance(model_or_path, (str, Path))
+    if from_file:  # the output is refused before the checkpoint is read
+        ckpt = existing_file(resolve_checkpoint(model_or_path)[0])
+        path = _output_path(output, format, ckpt.parent, ckpt.stem, overwrite)
+    with stopped_by_signals(f"while loading {model_or_path}; nothing was written") as now:
+        model = _without_hooks(load_model(model_or_path, ema=ema) if from_file else model_or_path)
+        meta = _metadata(model)
+        if not from_file:
+            ckpt = getattr(model, "checkpoint_path", None)
+            place = (Path(ckpt).parent, Path(ckpt).stem) if ckpt else (Path.cwd(), _name(model, meta))
+            path = _output_path(output, format, *place, overwrite)
+        _build_and_write(model, meta, path, format, now, dynamic_batch=dynamic_batch, batch_size=batch_size,
+                         method=method, opset=opset)
+        if check:
+            now.what = f"while checking {path}; the file is written, its check did not finish (check=false skips it)"
+            check_export(model, path, format, atol=atol, n_images=n_images, data_dir=data_dir,
+                         batch_size=None if dynamic_batch else batch_size)
+    return path
+
+
+def _build_and_write(model: nn.Module, meta: dict[str, Any], path: Path, format: str, now: Doing, *,
+                     dynamic_batch: bool, batch_size: int, method: str, opset: int | None) -> None:
+    """Export ``model`` in memory, then write it to ``path`` with its metadata; ``now`` says which of the two runs."""
     example = torch.randn(2 if dynamic_batch else batch_size, *meta["input_shape"])
     options = {"dynamic_batch": dynamic_batch, "method": method, "opset": opset}
     started = time.perf_counter()
+    now.what = f"while exporting {_name(model, meta)} to {format}; nothing was written"
     try:
         artifact = BUILDERS[format](model, example, **options)
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 - each exporter fails in its own kinds: one message says where
+        if (stop := stop_behind(exc)) is not None:
+            raise stop from None  # a signal, not the model: no probing of the other formats
         raise _cannot_export(format, model, example, options, exc) from None
-    _write(path, lambda target: SAVERS[format](artifact, target, metadata_json(meta)))
+    kept = "; the earlier file there is unchanged" if path.exists() else ""
+    now.what = f"while writing {path}; it was not written and no temp file is left{kept}"
+    WRITERS[format](artifact, path, metadata_json(meta))
     shape = "any batch size" if dynamic_batch else f"batches of {batch_size}"
     print(f"exported {_name(model, meta)} to {path} ({format}, {path.stat().st_size / 1e6:.2f} MB, {shape}) "
           f"in {time.perf_counter() - started:.1f} s")
-    if check:
-        check_export(model, path, format, atol=atol, n_images=n_images, data_dir=data_dir,
-                     batch_size=None if dynamic_batch else batch_size)
-    return path
 
 
 def export_task(cfg: Mapping[str, Any]) -> Path:
@@ -128,23 +153,35 @@ def _build_torchscript(model: nn.Module, example: Tensor, *, method: str, **_: A
                       "use method=trace (the default), which exports every modelforge model, graph models included")
 
 
-def _save_pt2(program: Any, path: str, meta: str) -> None:
-    torch.export.save(program, path, extra_files={METADATA_KEY: meta})
+# torch's zip writer (pt2, TorchScript) is serialized in memory, then written as bytes: writing to a file that
+# fills up, it throws from its C++ destructor after the error it raised (PT2ArchiveWriter.__exit__ fails before
+# close(); TorchScript's C++ writer unwinds unfinished), and an exception out of a destructor aborts the whole
+# process (exit 134, "terminate called after ... unexpected pos"), a Python file handle or a path alike.
+
+def _write_pt2(program: Any, path: Path, meta: str) -> None:
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer, extra_files={METADATA_KEY: meta})
+    write_bytes(path, buffer.getbuffer())
 
 
-def _save_onnx(program: Any, path: str, meta: str) -> None:
-    program.model.metadata_props[ONNX_METADATA_KEY] = meta
-    program.save(path)
-
-
-def _save_torchscript(module: Any, path: str, meta: str) -> None:
+def _write_torchscript(module: Any, path: Path, meta: str) -> None:
+    buffer = io.BytesIO()
     with _quiet():
-        torch.jit.save(module, path, _extra_files={METADATA_KEY: meta})
+        torch.jit.save(module, buffer, _extra_files={METADATA_KEY: meta})
+    write_bytes(path, buffer.getbuffer())
+
+
+def _write_onnx(program: Any, path: Path, meta: str) -> None:
+    """The ONNX program saves to a path only (a full disk is an OSError there): its weights' bytes are what
+    a full disk's message says it needs."""
+    program.model.metadata_props[ONNX_METADATA_KEY] = meta
+    weights = sum(v.const_value.nbytes for v in program.model.graph.initializers.values() if v.const_value is not None)
+    write_to_path(path, lambda temp: program.save(str(temp)), needed=weights or None)
 
 
 BUILDERS: dict[str, Callable[..., Any]] = {"pt2": _build_pt2, "onnx": _build_onnx, "torchscript": _build_torchscript}
-SAVERS: dict[str, Callable[[Any, str, str], None]] = {"pt2": _save_pt2, "onnx": _save_onnx,
-                                                      "torchscript": _save_torchscript}
+WRITERS: dict[str, Callable[[Any, Path, str], None]] = {"pt2": _write_pt2, "onnx": _write_onnx,
+                                                        "torchscript": _write_torchscript}
 
 
 # --- the check: the exported file against the eager model on real images ---------------------------------
@@ -175,8 +212,6 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
         report.update(eager_top1_acc=float((expected.argmax(1) == labels).float().mean()),
                       exported_top1_acc=float((full.argmax(1) == labels[:len(full)]).float().mean()))
     report["passed"] = report["max_abs_diff"] <= atol and agree == len(full)
-    from modelforge.files.atomic import write_json
-
     check_path = path.with_name(path.name + ".check.json")
     write_json(check_path, report)
     line = (f"max abs difference {report['max_abs_diff']:.2e} (atol {atol:g}), top-1 agreement "
@@ -298,7 +333,9 @@ def _probe(format: str, model: nn.Module, example: Tensor, options: dict[str, An
         return None
     try:
         return BUILDERS[format](model, example, **{**options, "method": "trace"})
-    except Exception:  # noqa: BLE001 - a probe: any failure means "not this format"
+    except Exception as exc:  # noqa: BLE001 - a probe: any failure means "not this format", but for a signal
+        if (stop := stop_behind(exc)) is not None:
+            raise stop from None
         return None
 
 
@@ -383,30 +420,28 @@ def _name(model: nn.Module, meta: Mapping[str, Any]) -> str:
     return str((meta.get("model") or {}).get("name") or type(model).__name__)
 
 
-def _output_path(output: str | Path | None, format: str, model: nn.Module, meta: Mapping[str, Any]) -> Path:
-    ckpt = getattr(model, "checkpoint_path", None)
-    stem = Path(ckpt).stem if ckpt else _name(model, meta)
+def _output_path(output: str | Path | None, format: str, folder: Path, stem: str, overwrite: bool) -> Path:
+    """The file ``output`` names (a folder: ``stem`` + the format's suffix in it; None: in ``folder``), refused
+    when it cannot be written or holds an earlier file and ``overwrite`` is false."""
+    suffix = FORMATS[format]
     if output is None:
-        return (Path(ckpt).parent if ckpt else Path.cwd()) / f"{stem}{FORMATS[format]}"
-    path = Path(output).expanduser()
-    if path.is_dir():
-        return path / f"{stem}{FORMATS[format]}"
-    if path.suffix.lower() not in SUFFIXES[format]:
-        raise ConfigError("output", f"{output} does not name a {format} file",
-                          allowed=f"a folder, or a file named *{' or *'.join(SUFFIXES[format])}")
-    if not path.parent.is_dir():
-        raise ConfigError("output", f"no folder {path.parent.resolve()} to write {path.name} in")
+        path = folder / f"{stem}{suffix}"
+    elif names_a_folder(output):  # deploy/ is a folder, made when the file is written
+        path = Path(output).expanduser() / f"{stem}{suffix}"
+    else:
+        path = Path(output).expanduser()
+        if path.suffix.lower() not in SUFFIXES[format]:
+            raise ConfigError("output", f"{output} does not name a {format} file",
+                              allowed=f"a folder (deploy/), or a file named *{' or *'.join(SUFFIXES[format])}")
+        if not path.parent.is_dir():
+            raise ConfigError("output", f"no folder {path.parent.resolve()} to write {path.name} in",
+                              hint=f"output={path.parent}/ (a trailing slash) makes the folder")
+    path = path.absolute()  # said whole, as run directories are
+    check_output_place(path)
+    if path.exists() and not overwrite:
+        raise ConfigError("output", f"{path} exists (an earlier export); it is left untouched",
+                          hint=f"overwrite=true replaces it; output=OTHER{suffix} writes another file")
     return path
-
-
-def _write(path: Path, save: Callable[[str], None]) -> None:
-    """``save(temp)`` beside ``path``, then a rename: a failed or killed export leaves no half file."""
-    temp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
-    try:
-        save(str(temp))
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,15 +1,20 @@
 """The images ``predict`` classifies: finding them (files, folders, globs, IDX files), reading them, and
 preparing them as the training batches were (grayscale, the model's size, the data set's normalization).
 
-Everything is read and checked by :func:`read_inputs` before any model is loaded: a bad input is one
-:class:`~modelforge.errors.DataError` naming the file.
+Everything is read and checked by :func:`read_inputs` before any model is loaded. A file that cannot be read
+(empty, not an image, cut short, too many pixels) is left out and named with its reason; a DataError only
+when no file could be read. A large image is shrunk as it is decoded: memory follows the pixels decoded
+once (1 byte each for gray, 4 for color), never a copy of them per step.
 """
 
 from __future__ import annotations
 
 import glob
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,14 +22,25 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from modelforge.data.idx import IMAGES_MAGIC, parse_idx, read_idx_bytes
+from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, parse_idx, read_idx_bytes
 from modelforge.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 IDX_SUFFIXES = (".idx", "-ubyte", ".idx.gz", "-ubyte.gz")
 INVERT_CHOICES = ("auto", True, False)
 # invert=auto: an image whose border is brighter than this (of 255) is dark ink on a light ground.
 LIGHT_BORDER = 127.5
+# An image with more pixels is refused (max_pixels=): decoding one takes up to 4 bytes a pixel (color), 1 (gray).
+MAX_PIXELS = 120_000_000
+# A decoded image whose shorter side is 2 * KEEP_SIDE or more is reduced at once (box filter, by a whole factor) to a
+# shorter side of KEEP_SIDE to 2 * KEEP_SIDE - 1, 9 times and more an MNIST-sized model's input side; a JPEG is
+# decoded near that size (Pillow's draft: at 1/2 to 1/8 scale, in gray).
+KEEP_SIDE = 256
+# Modes Pillow's reduce() refuses or gets wrong (it would average palette indices): reduced as these.
+_REDUCED_AS = {"1": "L", "P": "RGBA", "PA": "RGBA", "I;16": "I", "I;16B": "I", "I;16L": "I", "I;16N": "I"}
+LISTED = 10  # unreadable files named in one message; the rest are counted
 
 Invert = bool | Literal["auto"]
 
@@ -35,6 +51,16 @@ class InputImage:
 
     name: str
     pixels: torch.Tensor  # uint8 [H, W]
+    label: int | None = None  # the true class, where the input says it (an IDX images file beside its labels)
+
+
+@dataclass
+class ReadInputs:
+    """What :func:`read_inputs` found: the images it could read, and for each file it could not, why."""
+
+    images: list[InputImage] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # "FILE is empty (0 bytes)", ...
+    label_files: list[Path] = field(default_factory=list)  # where the images' labels came from
 
 
 def check_invert(invert: object, path: str = "invert") -> Invert:
@@ -86,25 +112,81 @@ def find_input_files(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))  # a file named twice is classified once
 
 
-def read_inputs(inputs: str | Path | Sequence[str | Path]) -> list[InputImage]:
-    """Every image ``inputs`` names, read and decoded to gray uint8 pixels; a DataError for the first bad one."""
-    images: list[InputImage] = []
-    for path in find_input_files(inputs):
-        images += read_idx_images(path) if is_idx_name(path) else [InputImage(str(path), read_image(path))]
-    return images
+def read_inputs(inputs: str | Path | Sequence[str | Path], max_pixels: int = MAX_PIXELS) -> ReadInputs:
+    """Every image ``inputs`` names, decoded to gray uint8 pixels; the files that cannot be read are left out,
+    named with their reason (logged as a warning). A DataError when no file could be read, or ``inputs`` names
+    nothing that exists."""
+    found = ReadInputs()
+    files = find_input_files(inputs)
+    for path in files:
+        try:
+            if path.stat().st_size == 0:
+                raise DataError(f"{path} is empty (0 bytes)")
+            images = (read_idx_images(path) if is_idx_name(path) else
+                      [InputImage(str(path), read_image(path, max_pixels))])
+        except DataError as exc:
+            found.unreadable.append(str(exc))
+            continue
+        found.images += images
+        if images[0].label is not None:
+            found.label_files.append(labels_path(path))
+    if not found.images:
+        raise DataError(f"inputs: {found.unreadable[0]}" if len(found.unreadable) == 1 else
+                        f"inputs: none of the {len(files):,} files could be read:\n{_listed(found.unreadable)}")
+    if found.unreadable:
+        log.warning("could not read %d of %d files; the others are classified:\n%s", len(found.unreadable),
+                    len(files), _listed(found.unreadable))
+    return found
 
 
-def read_image(path: Path) -> torch.Tensor:
+def _listed(reasons: Sequence[str]) -> str:
+    more = f"\n  ... and {len(reasons) - LISTED:,} more" if len(reasons) > LISTED else ""
+    return "\n".join(f"  {reason}" for reason in reasons[:LISTED]) + more
+
+
+_PILLOW_LIMIT = threading.Lock()
+
+
+@contextmanager
+def _own_pixel_limit() -> Iterator[None]:
+    """Pillow's own bound (a warning with its site-packages path at 89 megapixels, an error at 179) gives way to
+    ``max_pixels``, checked from the header before any pixel is decoded."""
+    with _PILLOW_LIMIT:
+        saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            yield
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+
+
+def read_image(path: Path, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
     """The gray uint8 [H, W] pixels of an image file. Transparent parts count as white paper (a drawing
-    exported with a transparent ground), 16-bit images are scaled to 8 bits, EXIF rotation is applied."""
+    exported with a transparent ground), 16-bit images are scaled to 8 bits, EXIF rotation is applied; an
+    image larger than needed is shrunk as it is decoded (see KEEP_SIDE). A DataError names the file."""
     try:
-        with Image.open(path) as opened:
-            image = ImageOps.exif_transpose(opened)
-            image.load()
+        with _own_pixel_limit():
+            opened = Image.open(path)
+        with opened:
+            width, height = opened.size
+            if width * height > max_pixels:
+                raise DataError(f"{path} is {width:,}x{height:,} pixels ({width * height / 1e6:,.1f} megapixels), "
+                                f"more than max_pixels={max_pixels:,}: shrink it, or raise max_pixels (decoding "
+                                "takes up to 4 bytes a pixel)")
+            if opened.format == "JPEG" and min(opened.size) >= 2 * KEEP_SIDE:
+                opened.draft("L", (width * KEEP_SIDE // min(opened.size), height * KEEP_SIDE // min(opened.size)))
+            opened.load()
+            ImageOps.exif_transpose(opened, in_place=True)
+            if (factor := min(opened.size) // KEEP_SIDE) < 2:
+                return _gray(opened)
+            image = opened.convert(_REDUCED_AS[opened.mode]) if opened.mode in _REDUCED_AS else opened  # no copy
+            return _gray(image.reduce(factor))
     except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
-        raise DataError(f"inputs: {path} is not an image Pillow can read ({exc})") from None
+        raise DataError(f"{path} is not an image Pillow can read ({exc})") from None
     except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt data
-        raise DataError(f"inputs: {path} cannot be read as an image ({exc})") from None
+        raise DataError(f"{path} cannot be read as an image ({exc})") from None
+
+
+def _gray(image: Image.Image) -> torch.Tensor:
     if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
         wide = np.asarray(image, dtype=np.float64)
         scale = 1.0 if wide.max(initial=0) <= 255 else 255.0 / 65535.0
@@ -116,11 +198,38 @@ def read_image(path: Path) -> torch.Tensor:
 
 
 def read_idx_images(path: Path) -> list[InputImage]:
-    """The images of an IDX images file (magic 2051; ``.gz`` read as gzip), named ``FILE[i]``."""
-    pixels = parse_idx(read_idx_bytes(path), magic=IMAGES_MAGIC, where=f"inputs: {path}")
+    """The images of an IDX images file (magic 2051; ``.gz`` read as gzip), named ``FILE[i]``, with their
+    labels when the labels file of the same name is beside it (``t10k-images`` -> ``t10k-labels``)."""
+    pixels = parse_idx(read_idx_bytes(path), magic=IMAGES_MAGIC, where=str(path))
     if len(pixels) == 0:
-        raise DataError(f"inputs: {path} holds no images")
-    return [InputImage(f"{path}[{i}]", image) for i, image in enumerate(pixels)]
+        raise DataError(f"{path} holds no images")
+    labels = _labels_beside(path, len(pixels))
+    return [InputImage(f"{path}[{i}]", image, None if labels is None else int(labels[i]))
+            for i, image in enumerate(pixels)]
+
+
+def labels_path(images: Path) -> Path | None:
+    """The labels file beside the IDX images file ``images`` (``X-images-idx3-ubyte[.gz]`` ->
+    ``X-labels-idx1-ubyte[.gz]``, either compression), or None."""
+    name = images.name.replace("images-idx3", "labels-idx1").removesuffix(".gz")
+    if name == images.name.removesuffix(".gz"):
+        return None
+    return next((p for p in (images.with_name(name), images.with_name(name + ".gz")) if p.is_file()), None)
+
+
+def _labels_beside(images: Path, count: int) -> torch.Tensor | None:
+    if (path := labels_path(images)) is None:
+        return None
+    try:
+        labels = parse_idx(read_idx_bytes(path), magic=LABELS_MAGIC, where=str(path))
+    except DataError as exc:
+        log.warning("the labels beside %s are not used: %s", images.name, exc)
+        return None
+    if len(labels) != count:
+        log.warning("the labels beside %s are not used: %s holds %d labels for %d images", images.name, path.name,
+                    len(labels), count)
+        return None
+    return labels
 
 
 def border_mean(pixels: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from modelforge.build import build_model
+from modelforge.deploy.damage import zip_damage
 from modelforge.deploy.metadata import model_metadata
 from modelforge.errors import CheckpointError, DataError
 
@@ -44,9 +45,7 @@ def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
 
 def read_torch_file(path: str | Path, key: str = "ckpt_path") -> Any:
     """Whatever ``torch.save`` wrote at ``path``, read with ``weights_only=True``; a bad file is one CheckpointError."""
-    ckpt_path = Path(path).expanduser()
-    if not ckpt_path.is_file():
-        raise CheckpointError(f"{key}: no checkpoint file at {ckpt_path}")
+    ckpt_path = existing_file(path, key)
     try:
         with warnings.catch_warnings():
             # A file pickled with another protocol than torch's 2 (pickle.dump, torch.save(pickle_protocol=5))
@@ -54,8 +53,17 @@ def read_torch_file(path: str | Path, key: str = "ckpt_path") -> Any:
             warnings.filterwarnings("ignore", message=_PROTOCOL_WARNING, category=UserWarning)
             ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a bad file; all mean "not loadable"
-        raise CheckpointError(f"{key}: {ckpt_path} is not a loadable checkpoint ({_reason(exc)})") from None
+        damage = zip_damage(ckpt_path, "checkpoint") or f"is not a loadable checkpoint ({_reason(exc)})"
+        raise CheckpointError(f"{key}: {ckpt_path} {damage}") from None
     return ckpt
+
+
+def existing_file(path: str | Path, key: str = "ckpt_path") -> Path:
+    """``path`` (``~`` expanded) when a file is there, else the CheckpointError that says none is."""
+    found = Path(path).expanduser()
+    if not found.is_file():
+        raise CheckpointError(f"{key}: no checkpoint file at {found}")
+    return found
 
 
 def _reason(exc: Exception) -> str:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import sys
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from modelforge.deploy.damage import onnx_damage, zip_damage
 from modelforge.errors import CheckpointError, DataError
 
 if TYPE_CHECKING:
@@ -136,12 +138,18 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 def _read_archive(path: Path) -> str | None:
     """``.pt2`` and TorchScript files are zip archives that keep extra files at ``<root>/extra/<name>``:
-    read without loading the program."""
+    read without loading the program. A file that is no whole zip archive is a CheckpointError saying so."""
+    kind = "torch.export program" if path.suffix == ".pt2" else "TorchScript file"
+    if damage := zip_damage(path, kind):
+        raise CheckpointError(f"{path} {damage}")
     if not zipfile.is_zipfile(path):
-        return None
-    with zipfile.ZipFile(path) as archive:
-        names = [n for n in archive.namelist() if n.endswith(f"extra/{METADATA_KEY}")]
-        return archive.read(names[0]).decode("utf-8") if names else None
+        return None  # a pickle: torch's legacy format holds no extra files
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.endswith(f"extra/{METADATA_KEY}")]
+            return archive.read(names[0]).decode("utf-8") if names else None
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is damaged: its zip archive does not read back ({exc})") from None
 
 
 def _read_onnx(path: Path) -> str | None:
@@ -150,5 +158,8 @@ def _read_onnx(path: Path) -> str | None:
     except ImportError as exc:
         raise CheckpointError("reading an .onnx file's metadata needs the onnx package: "
                               "pip install 'modelforge[export]'") from exc
-    model = onnx.load(str(path), load_external_data=False)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError, and onnx's own errors for other files
+        raise CheckpointError(f"{path} {onnx_damage(path)}") from None
     return next((p.value for p in model.metadata_props if p.key == ONNX_METADATA_KEY), None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -23,12 +22,14 @@ from torch import nn
 
 from modelforge.config import load_config
 from modelforge.deploy.images import (
+    MAX_PIXELS,
     InputImage,
     Invert,
     check_invert,
     prepare,
     read_inputs,
 )
+from modelforge.deploy.paths import check_output_place, names_a_folder
 from modelforge.deploy.runtime import Runner, check_model_path, open_model
 from modelforge.errors import ConfigError, DataError
 from modelforge.files.atomic import write_text
@@ -41,9 +42,10 @@ Inputs = str | Path | Sequence[str | Path] | torch.Tensor
 
 
 def predict(model_or_path: nn.Module | Runner | str | Path, inputs: Inputs, top_k: int = 3,
-            invert: Invert = "auto", batch_size: int = 256) -> list[dict[str, Any]]:
+            invert: Invert = "auto", batch_size: int = 256, max_pixels: int = MAX_PIXELS) -> list[dict[str, Any]]:
     """The ``top_k`` classes of each image in ``inputs``, most probable first: one row per image,
-    ``{"input", "inverted", "class_1", "prob_1", ..., "class_k", "prob_k"}`` (the CSV's columns).
+    ``{"input", "inverted", "class_1", "prob_1", ..., "class_k", "prob_k"}`` (the CSV's columns), with
+    ``"label"`` after ``"inverted"`` for an image whose true class is known (an IDX file beside its labels).
 
     Args:
         model_or_path: a module :func:`modelforge.load_model` gave, a ``.ckpt``, a run directory, or an
@@ -53,9 +55,12 @@ def predict(model_or_path: nn.Module | Runner | str | Path, inputs: Inputs, top_
         invert: ``"auto"`` turns an image whose border is light (dark ink on paper) into white-on-black,
             as MNIST's digits are; ``False`` takes every image as it is; ``True`` inverts every one.
         batch_size: images per forward pass (an export with a fixed batch size uses its own).
+        max_pixels: an image with more pixels is not read (decoding takes up to 4 bytes a pixel).
+
+    Files that cannot be read are left out with a warning naming each; a DataError when none could be.
     """
     top_k, invert, batch_size = check_top_k(top_k), check_invert(invert), _positive(batch_size, "batch_size")
-    images = as_input_images(inputs)  # read and checked before the model loads
+    images = as_input_images(inputs, _positive(max_pixels, "max_pixels"))  # read before the model loads
     return classify(open_model(model_or_path), images, top_k=top_k, invert=invert, batch_size=batch_size)
 
 
@@ -72,16 +77,18 @@ def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, in
     rows = []
     for image, flip, top_p, top_i in zip(images, inverted, values.tolist(), indices.tolist()):
         row: dict[str, Any] = {"input": image.name, "inverted": flip}
+        if image.label is not None:
+            row["label"] = names[image.label] if image.label < len(names) else str(image.label)
         for rank, (p, i) in enumerate(zip(top_p, top_i), start=1):
             row[f"class_{rank}"], row[f"prob_{rank}"] = names[i], p
         rows.append(row)
     return rows
 
 
-def as_input_images(inputs: Inputs) -> list[InputImage]:
+def as_input_images(inputs: Inputs, max_pixels: int = MAX_PIXELS) -> list[InputImage]:
     """``inputs`` as :class:`InputImage`: paths are read (:func:`read_inputs`), a uint8 tensor taken as is."""
     if not isinstance(inputs, torch.Tensor):
-        return read_inputs(inputs)
+        return read_inputs(inputs, max_pixels).images
     if inputs.dtype != torch.uint8 or inputs.dim() not in (2, 3):
         raise DataError(f"inputs: a tensor of images must be uint8 [H, W] or [N, H, W], "
                         f"got {inputs.dtype} {list(inputs.shape)}")
@@ -106,19 +113,10 @@ def output_path(output: str | Path | None) -> Path:
         now = datetime.now()
         return (OUTPUTS / now.strftime("%Y-%m-%d") / f"{now:%H-%M-%S}_{uuid.uuid4().hex[:6]}" / CSV_NAME).absolute()
     path = Path(str(output)).expanduser().absolute()
-    if path.is_dir() or str(output).endswith(("/", "\\")):
+    if names_a_folder(output):
         path = path / CSV_NAME
-    existing = next(p for p in path.parents if p.exists())
-    if not existing.is_dir():
-        raise ConfigError("output", f"cannot write {path}: {existing} is a file, not a folder")
-    if path.is_dir() or not _writable(existing):
-        raise ConfigError("output", f"cannot write {path}: " + ("a folder of that name is there" if path.is_dir()
-                                                              else f"{existing} is not writable"))
+    check_output_place(path)
     return path
-
-
-def _writable(folder: Path) -> bool:
-    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], limit: int = TABLE_ROWS) -> str:
@@ -137,10 +135,12 @@ def format_table(rows: Sequence[Mapping[str, Any]], limit: int = TABLE_ROWS) -> 
 
 
 def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as CSV: ``input,inverted,class_1,prob_1,...``; probabilities with 6 decimals."""
+    """The rows as CSV: ``input,inverted[,label],class_1,prob_1,...``; probabilities with 6 decimals; an image
+    without a label (beside others with one) has an empty one."""
     buffer = io.StringIO()
     if rows:
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+        columns = list(dict.fromkeys(key for row in sorted(rows, key=lambda row: "label" not in row) for key in row))
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows({k: f"{v:.6f}" if k.startswith("prob_") else v for k, v in row.items()} for row in rows)
     return buffer.getvalue()
@@ -151,18 +151,25 @@ def predict_task(cfg: Mapping[str, Any] | DictConfig) -> list[dict[str, Any]]:
     options = load_config(cfg)
     top_k, invert = check_top_k(options.get("top_k", 3)), check_invert(options.get("invert", "auto"))
     batch_size = _positive(options.get("batch_size", 256), "batch_size")
+    max_pixels = _positive(options.get("max_pixels", MAX_PIXELS), "max_pixels")
     output = output_path(options.get("output"))
     check_model_path(options.get("ckpt_path"))
-    images = read_inputs(options.get("inputs"))
+    found = read_inputs(options.get("inputs"), max_pixels)
     runner = open_model(options["ckpt_path"])
     started = time.perf_counter()
-    rows = classify(runner, images, top_k=top_k, invert=invert, batch_size=batch_size)
+    rows = classify(runner, found.images, top_k=top_k, invert=invert, batch_size=batch_size)
     seconds = time.perf_counter() - started
     print(format_table(rows))
     write_text(output, csv_text(rows))
     flipped = sum(row["inverted"] for row in rows)
+    unread = len(found.unreadable)
     print(f"{len(rows):,} image{'s' if len(rows) != 1 else ''} classified by {runner.source} in {seconds:.2f} s"
-          + (f"; {flipped:,} inverted to white-on-black (invert={_word(invert)})" if flipped else ""))
+          + (f"; {flipped:,} inverted to white-on-black (invert={_word(invert)})" if flipped else "")
+          + (f"; {unread:,} file{'s' if unread != 1 else ''} could not be read (listed above)" if unread else ""))
+    if labelled := [row for row in rows if "label" in row]:
+        hits = sum(row["class_1"] == row["label"] for row in labelled)
+        print(f"top-1 accuracy {hits / len(labelled):.4f} ({hits:,} of {len(labelled):,} images right, labels "
+              f"from {', '.join(str(p) for p in found.label_files)})")
     print(f"predictions written to {output}")
     return rows
 

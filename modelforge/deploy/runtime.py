@@ -73,7 +73,10 @@ def open_model(model_or_path: nn.Module | Runner | str | Path) -> Runner:
         return eager_runner(load_model(path))
     from modelforge.deploy.metadata import read_metadata
 
-    meta = checked_metadata(read_metadata(path), str(path))
+    try:
+        meta = checked_metadata(read_metadata(path), str(path))
+    except CheckpointError as exc:  # damaged, or no metadata: say which option named the file
+        raise CheckpointError(f"ckpt_path: {exc}") from None
     return {"pt2": _program_runner, "onnx": _onnx_runner, "torchscript": _torchscript_runner}[kind](path, meta)
 
 

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import yaml
 
@@ -62,23 +62,57 @@ def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        full = _is_disk_full(exc)
-        written = os.path.getsize(tmp) if full and os.path.exists(tmp) else None
-        free = _free(path.parent) if full else None  # measured before the temp file goes
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        # Ctrl-C (or a stop) inside torch.save comes out as its zip writer's RuntimeError, with it as the context.
-        if (stop := _stop_in(exc)) is not None and stop is not exc:
-            raise stop from None
-        if full:
-            raise DiskFullError(path, needed or written, free) from None
-        raise
+        _failed(exc, path, tmp, needed)
     _fsync_dir(path.parent)
+
+
+def write_to_path(path: str | Path, save: Callable[[Path], None], needed: int | None = None) -> None:
+    """Call ``save(temp)`` for a writer that takes only a path (the ONNX exporter), then fsync ``temp`` and rename
+    it to ``path``; a failure, Ctrl-C or stop leaves no temp file and raises as :func:`write_with` does.
+
+    The temp file is beside ``path`` with its suffix (writers pick the format by it). A signal reaches the
+    write only as an exception its handler raises: SIGTERM's default ends the process, temp file and all.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        os.close(fd)
+        save(Path(tmp))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        _failed(exc, path, tmp, needed)
+    _fsync_dir(path.parent)
+
+
+def _failed(exc: BaseException, path: Path, tmp: str, needed: int | None) -> NoReturn:
+    """Remove ``tmp`` and raise what stopped the write: the stop behind it, a DiskFullError, or ``exc``."""
+    full = _is_disk_full(exc)
+    written = os.path.getsize(tmp) if full and os.path.exists(tmp) else None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    free = _free(path.parent) if full else None  # once the temp file is gone: what the user has to add to
+    # Ctrl-C (or a stop) inside torch.save comes out as its zip writer's RuntimeError, with it as the context.
+    if (stop := _stop_in(exc)) is not None and stop is not exc:
+        raise stop from None
+    if full:
+        raise DiskFullError(path, needed or written, free) from None
+    raise exc
 
 
 def write_text(path: str | Path, text: str) -> None:
     """Atomically replace ``path`` with ``text`` (UTF-8)."""
-    data = text.encode("utf-8")
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str | Path, data: bytes | memoryview) -> None:
+    """Atomically replace ``path`` with ``data``; a full disk says how much it needed."""
     write_with(path, lambda handle: handle.write(data), needed=len(data))
 
 

@@ -81,8 +81,8 @@ def test_a_fixed_batch_size_and_an_output_folder(run: Path, tmp_path: Path) -> N
     assert json.loads((tmp_path / "last.onnx.check.json").read_text())["batch_sizes"] == [5]
 
 
-def test_a_mismatch_fails_with_exit_code_1_and_records_why(run: Path, monkeypatch) -> None:
-    path = export(run / "checkpoints" / "last.ckpt", "pt2", check=False)
+def test_a_mismatch_fails_with_exit_code_1_and_records_why(run: Path, monkeypatch, tmp_path: Path) -> None:
+    path = export(run / "checkpoints" / "last.ckpt", "pt2", tmp_path, check=False)
     monkeypatch.setattr(exporting, "open_model", lambda p: (lambda x, chunk: open_model(p)(x, chunk) + 1e-3))
     with pytest.raises(ExportError, match=r"does not compute what the model computes: max abs difference 1\.00e-03 "
                                           r"\(atol 0\.0001\), top-1 agreement 100\.00% \(64/64\)") as caught:
@@ -182,17 +182,18 @@ def test_export_yaml_holds_the_functions_defaults() -> None:
     assert {k: v for k, v in conf.items() if k not in ("defaults", "hydra", "ckpt_path")} == defaults
 
 
-def test_the_cli_exports_refuses_and_fails_with_its_exit_codes(run: Path, run_main, monkeypatch) -> None:
+def test_the_cli_exports_refuses_and_fails_with_its_exit_codes(run: Path, run_main, monkeypatch, tmp_path: Path) -> None:
     ckpt = run / "checkpoints" / "last.ckpt"
-    done = run_main("export", f"ckpt_path={ckpt}", "format=torchscript", "n_images=32")
+    done = run_main("export", f"ckpt_path={ckpt}", "format=torchscript", "n_images=32", f"output={tmp_path}/")
     assert done.returncode == 0, done.stderr
-    assert "top-1 agreement 100.00% (32/32)" in done.stdout and (run / "checkpoints" / "last.pt").is_file()
+    assert "top-1 agreement 100.00% (32/32)" in done.stdout and (tmp_path / "last.pt").is_file()
     refused = run_main("export", f"ckpt_path={ckpt}", "format=onnxx")
     assert refused.returncode == 2
     assert "error: format: unknown export format 'onnxx'\n  did you mean 'onnx'?" in refused.stderr
     # a file that computes something else: the check fails the command, exit 1
     monkeypatch.setattr(exporting, "open_model", lambda p: (lambda x, chunk: open_model(p)(x, chunk) + 1e-3))
-    mismatch = run_main("export", f"ckpt_path={ckpt}", "format=torchscript", "n_images=32")
+    mismatch = run_main("export", f"ckpt_path={ckpt}", "format=torchscript", "n_images=32", f"output={tmp_path}/",
+                        "overwrite=true")
     assert mismatch.returncode == 1 and "does not compute what the model computes" in mismatch.stderr
     missing = run_main("export", f"ckpt_path={run / 'missing.ckpt'}")
     assert missing.returncode == 2 and f"error: ckpt_path: no checkpoint file at {run / 'missing.ckpt'}" in missing.stderr

@@ -153,7 +153,8 @@ def test_bad_paths_and_foreign_files_are_evals_errors(run: Path, tmp_path: Path)
     with pytest.raises(CheckpointError, match=r"foreign\.ckpt is not a modelforge checkpoint \(it has no stored run"):
         load_model(foreign)
     (garbage := tmp_path / "garbage.ckpt").write_bytes(b"not a checkpoint at all")
-    with pytest.raises(CheckpointError, match=r"garbage\.ckpt is not a loadable checkpoint \("):
+    with pytest.raises(CheckpointError, match=r"garbage\.ckpt is truncated or not a checkpoint \(a zip archive was "
+                                              r"expected; it begins with text: 'not a checkpoint at all'\)$"):
         load_model(garbage)
     with pytest.raises(CheckpointError, match=r"no checkpoint in run directory .*: looked for .*last\.ckpt "
                                               r"\(it has no checkpoints/ folder"):

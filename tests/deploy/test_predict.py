@@ -128,11 +128,11 @@ def test_a_larger_image_a_jpeg_and_an_rgba_drawing_predict_as_the_original(ckpt:
 
 def test_folder_glob_list_and_idx_file(ckpt: Path, digits, tmp_path: Path) -> None:
     folder, pixels, _ = digits
-    assert len(read_inputs(folder)) == N_TEST
+    assert len(read_inputs(folder).images) == N_TEST
     (tmp_path / "mixed").mkdir()
     (tmp_path / "mixed" / "notes.txt").write_text("a folder's other files are left out")
     Image.fromarray(pixels[0].numpy()).save(tmp_path / "mixed" / "a.PNG")
-    assert [i.name for i in read_inputs(tmp_path / "mixed")] == [str(tmp_path / "mixed" / "a.PNG")]
+    assert [i.name for i in read_inputs(tmp_path / "mixed").images] == [str(tmp_path / "mixed" / "a.PNG")]
     globbed = predict(ckpt, str(folder / "0*.png"), top_k=1)
     assert [Path(r["input"]).name for r in globbed] == [f"0{i}.png" for i in range(10)]
     listed = predict(ckpt, [folder / "03.png", folder / "01.png", folder / "03.png"], top_k=1)
