@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 
 from modelforge.errors import ConfigError
 from modelforge.files.atomic import write_text
+from modelforge.files.paths import check_writable
 from modelforge.sweep.study import search_settings, storage_file
 from modelforge.sweep.summary import (
     METRICS_FILE,
@@ -63,6 +64,7 @@ def check_sweep_dir(config: DictConfig) -> None:
     study stored there, in SQLite or a journal file: its new jobs get new ``<trial>_<launch id>`` directories,
     so no finished record changes)."""
     sweep_dir = Path(config.hydra.sweep.dir)
+    check_writable(sweep_dir, "hydra.sweep.dir", folder=True)
     earlier = [p for p in (sweep_dir / "multirun.yaml", sweep_dir / "summary.csv") if p.exists()]
     earlier += sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
     study = storage_file(str(config.hydra.sweeper.get("storage") or ""))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
+from modelforge.files.paths import check_writable
 
 log = logging.getLogger(__name__)
 SWEEPER = "hydra.sweeper"
@@ -96,6 +97,8 @@ def search_settings(sweeper: Mapping[str, Any], monitor: str | None, launcher: s
     storage = str(sweeper.get("storage") or "") or None
     if storage is not None:
         check_storage_url(storage)
+        if (file := storage_file(storage)) is not None:
+            check_writable(file, f"{SWEEPER}.storage", folder=False)
     seed = sweeper.get("seed")
     return SearchSettings(study_name=str(sweeper.get("study_name") or "modelforge"), storage=storage,
                           objectives=objectives, directions=directions, sampler=sampler,

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from modelforge.errors import ConfigError, ModelforgeError
 from modelforge.files.atomic import write_json
+from modelforge.files.paths import why_unwritable
 from modelforge.train import launch
 
 EXIT_CONFIG_ERROR = 2
@@ -78,14 +79,14 @@ def _claim(run_dir: Path, command: str, key: str) -> str:
     claim = run_dir / CLAIM_FILE
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
               "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if (why := why_unwritable(run_dir, folder=True)) is not None:
+        raise _unwritable(run_dir, why)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
-        if not run_dir.is_dir():
-            raise _unwritable(run_dir, "it is a file") from None
         raise _taken(run_dir) from None
-    except OSError as exc:
+    except OSError as exc:  # what the check above cannot see (a full disk, a read-only mount)
         raise _unwritable(run_dir, exc.strerror or str(exc)) from None
     try:  # the claim is made; this only says whose (a full disk: the run's first write reports it)
         with contextlib.suppress(OSError):
