@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import shlex
 import sys
 import uuid
 from collections.abc import Callable
@@ -210,8 +211,7 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
         group, _, option = exc.missing_cfg_file.removesuffix(".yaml").rpartition("/")
         return UnknownNameError(f"{group} option", option, exc.options or cmd.group_options(group), path=group)
     if isinstance(exc, hydra_errors.OverrideParseException):
-        return ConfigError(exc.override, exc.message.split("\n")[0], hint="quote it: 'key=[1,2]'; grammar: "
-                           "https://hydra.cc/docs/advanced/override_grammar/basic/")
+        return _unparsed_override(exc.override, exc.message)
     composing = isinstance(exc, hydra_errors.ConfigCompositionException)
     cause = exc.__cause__ if composing else exc
     missing_key = (omegaconf_errors.ConfigKeyError, omegaconf_errors.ConfigAttributeError)
@@ -223,6 +223,21 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
         return error
     return ConfigError("--config-dir" if isinstance(exc, hydra_errors.SearchPathException) else "",
                        str(exc).split("\nConfig search path")[0].strip() or type(exc).__name__)
+
+
+def _unparsed_override(override: str, message: str) -> ConfigError:
+    """An override Hydra's grammar refuses; a value with a character the grammar takes only quoted (non-ASCII:
+    a path named in another script) is named, with the quoting for that very value."""
+    key, equals, value = override.partition("=")
+    odd = next((c for c in value if not c.isascii()), None) if equals else None
+    if odd is None or value[:1] in ("'", '"'):
+        return ConfigError(override, message.split("\n")[0], hint="quote it: 'key=[1,2]'; grammar: "
+                           "https://hydra.cc/docs/advanced/override_grammar/basic/")
+    quoted = f'{key}="{value}"' if "'" in value else f"{key}='{value}'"
+    shell = f'"{quoted}"' if not any(c in quoted for c in '"$`\\') else shlex.quote(quoted)
+    return ConfigError(key.lstrip("+~"), f"{odd!r} (U+{ord(odd):04X}) in {value!r}: Hydra's override grammar takes "
+                       "characters other than ASCII only in a quoted value",
+                       hint=f"quote the value (and the whole override, for the shell): {shell}")
 
 
 def _refused_override(message: str, cmd: CommandLine) -> ConfigError | None:
