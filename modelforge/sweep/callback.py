@@ -23,8 +23,9 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException, HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from modelforge.config import check_top_level_keys, train_keys
 from modelforge.errors import ConfigError
 from modelforge.files.atomic import write_text
 from modelforge.files.paths import check_writable
@@ -89,6 +90,8 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:  # before the sweeper writes multirun.yaml there, or anything is made
+            check_top_level_keys(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), train_keys(),
+                                 "train")  # what every job would refuse
             check_sweep_dir(config)
             self.objectives = objectives_of(config)
         except ConfigError as exc:
