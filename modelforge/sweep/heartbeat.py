@@ -35,6 +35,7 @@ from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from modelforge.files.atomic import write_json
+from modelforge.sweep.study import SearchSettings
 from modelforge.sweep.summary import METRICS_FILE
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,13 @@ class Heartbeat:
 
     def journal(self, path: Path) -> HeartbeatJournalStorage:
         return HeartbeatJournalStorage(JournalFileBackend(str(path)), self)
+
+
+def heartbeat_of(settings: SearchSettings) -> Heartbeat | None:
+    """The heartbeat a search's study keeps; None for a study in memory, or with ``heartbeat_interval: null``."""
+    if settings.storage is None or settings.heartbeat_interval is None:
+        return None
+    return Heartbeat(settings.heartbeat_interval, settings.grace_period, settings.retry_stale_trials)
 
 
 class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):

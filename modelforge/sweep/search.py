@@ -106,7 +106,7 @@ class OptunaSearch:
         settings = self.settings
         where = shown_url(settings.storage) if settings.storage else "memory"
         try:
-            study = optuna.create_study(storage=open_storage(settings.storage, heartbeat=settings.heartbeat()),
+            study = optuna.create_study(storage=open_storage(settings.storage, heartbeat=heartbeat.heartbeat_of(settings)),
                                         study_name=settings.study_name,
                                         directions=list(settings.directions), load_if_exists=True,
                                         sampler=settings.make_sampler(settings.seed, self.grid),

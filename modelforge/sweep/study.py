@@ -55,14 +55,6 @@ class SearchSettings:
     grace_period: int | None = None  # seconds without a heartbeat that fail a trial; None: twice the interval
     retry_stale_trials: int = 0  # times a trial whose worker died is run again
 
-    def heartbeat(self) -> Any:
-        """The :class:`~modelforge.sweep.heartbeat.Heartbeat` of a stored study; None in memory or when off."""
-        if self.storage is None or self.heartbeat_interval is None:
-            return None
-        from modelforge.sweep.heartbeat import Heartbeat
-
-        return Heartbeat(self.heartbeat_interval, self.grace_period, self.retry_stale_trials)
-
     def make_sampler(self, seed: int | None, grid: dict[str, list[Any]] | None = None) -> Any:
         import optuna
 

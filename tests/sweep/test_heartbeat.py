@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from modelforge import ConfigError
 from modelforge.config import conf_dir
 from modelforge.sweep.callback import OPTUNA_SWEEPER, check_sweep_dir
-from modelforge.sweep.heartbeat import HEARTBEAT_ATTR, Heartbeat, ask, beating, fail_stale_trials
+from modelforge.sweep.heartbeat import HEARTBEAT_ATTR, Heartbeat, ask, beating, fail_stale_trials, heartbeat_of
 from modelforge.sweep.study import open_storage, search_settings
 from tests.sweep.conftest import read_summary
 
@@ -42,9 +42,9 @@ def test_the_default_heartbeat_is_for_stored_studies_only() -> None:
     shipped = OmegaConf.structured(optuna_conf())
     assert (shipped.heartbeat_interval, shipped.grace_period, shipped.retry_stale_trials) == (60, None, 0)
     in_memory = search_settings(shipped, "val/acc", None)
-    assert in_memory.heartbeat() is None
+    assert heartbeat_of(in_memory) is None
     stored = search_settings({**OmegaConf.to_container(shipped), "storage": "journal:/tmp/j.log"}, "val/acc", None)
-    assert stored.heartbeat() == Heartbeat(60, None, 0) and stored.heartbeat().grace == 120
+    assert heartbeat_of(stored) == Heartbeat(60, None, 0) and heartbeat_of(stored).grace == 120
 
 
 def optuna_conf():
@@ -123,3 +123,15 @@ def test_a_worker_continues_its_shared_study_in_its_own_directory(tmp_path: Path
     check_sweep_dir(composed("shared"))  # its own study, stored elsewhere: continued
     with pytest.raises(ConfigError, match="already holds a sweep"):
         check_sweep_dir(composed("another"))
+
+
+def test_a_database_storage_keeps_optunas_own_heartbeat(tmp_path: Path) -> None:
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+
+    from modelforge.sweep.heartbeat import StaleTrialRecord
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat=Heartbeat(5, 12))
+    assert is_heartbeat_enabled(storage)
+    assert (storage.heartbeat_interval, storage.grace_period) == (5, 12)
+    assert isinstance(storage.heartbeat_stale_trial_callback, StaleTrialRecord)
+    assert not is_heartbeat_enabled(open_storage(f"sqlite:///{tmp_path / 'other.db'}"))
