@@ -68,7 +68,8 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("sweep", [False, True])
 def test_the_cli_refuses_it_before_any_directory_is_made(run_main, tmp_path: Path, sweep: bool) -> None:
-    flags = ["-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if sweep else [f"hydra.run.dir={tmp_path / 'run'}"]
+    flags = ["-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if sweep else [
+        f"hydra.run.dir={tmp_path / 'run'}"]
     result = run_main("train", *flags, "+lable_smoothing=0.1", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: lable_smoothing: train reads no top-level key 'lable_smoothing'")
@@ -77,8 +78,8 @@ def test_the_cli_refuses_it_before_any_directory_is_made(run_main, tmp_path: Pat
 
 
 def test_an_interpolated_key_of_ones_own_trains(run_main, tmp_path: Path, tiny_data: Path) -> None:
-    result = run_main("train", f"data.data_dir={tiny_data}", *TINY, "model=mlp", "+base_lr=0.002", "optim.lr=${base_lr}",
-                      f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    result = run_main("train", f"data.data_dir={tiny_data}", *TINY, "model=mlp", "+base_lr=0.002",
+                      "optim.lr=${base_lr}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     stored = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert stored["optim"]["lr"] == 0.002 and stored["base_lr"] == 0.002

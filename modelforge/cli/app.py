@@ -176,7 +176,8 @@ class CommandLine:
             words = [*flags, f"{override.key_or_group}={choice}", *others]
             return " ".join(["python -m modelforge", self.command, "-m", *map(shlex.quote, words)])
 
-        lines = [f"run {'it' if len(sweeps) == 1 else 'each'} as a sweep of its own:", *(f"    {command(n)}" for n in sweeps)]
+        lines = [f"run {'it' if len(sweeps) == 1 else 'each'} as a sweep of its own:",
+                 *(f"    {command(name)}" for name in sweeps)]
         if together := [name for name in chosen if name not in sweeps]:
             lines.append(f"  and the others together: {command(','.join(together))}")
         return "\n".join(lines)

@@ -88,10 +88,11 @@ class OptunaSearch:
         while remaining > 0 and not self.grid_done:
             heartbeat.fail_stale_trials(study)  # a dead worker's, before the sampler reads the study
             trials = [self._ask(study, space, conditions, fixed) for _ in range(min(self.n_jobs, remaining))]
-            with _failed_if_unfinished(study, trials), heartbeat.beating(study, trials):
-                batch = [search_space.job_overrides(trial.params, fixed) for trial in trials]
-                self.validate_batch(batch)
-                results = self._launch(trials, batch)
+            with _failed_if_unfinished(study, trials):
+                with heartbeat.beating(study, trials):  # while they run, not once they are told
+                    batch = [search_space.job_overrides(trial.params, fixed) for trial in trials]
+                    self.validate_batch(batch)
+                    results = self._launch(trials, batch)
                 failed = self._tell(study, trials, results)
             returns.append(results)
             remaining -= len(trials)
@@ -106,8 +107,8 @@ class OptunaSearch:
         settings = self.settings
         where = shown_url(settings.storage) if settings.storage else "memory"
         try:
-            study = optuna.create_study(storage=open_storage(settings.storage, heartbeat=heartbeat.heartbeat_of(settings)),
-                                        study_name=settings.study_name,
+            storage = open_storage(settings.storage, heartbeat=heartbeat.heartbeat_of(settings))
+            study = optuna.create_study(storage=storage, study_name=settings.study_name,
                                         directions=list(settings.directions), load_if_exists=True,
                                         sampler=settings.make_sampler(settings.seed, self.grid),
                                         pruner=settings.make_pruner())

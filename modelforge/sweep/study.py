@@ -111,7 +111,8 @@ def search_settings(sweeper: Mapping[str, Any], monitor: str | None, launcher: s
                           heartbeat_interval=interval, grace_period=grace, retry_stale_trials=retries)
 
 
-def objectives_and_directions(sweeper: Mapping[str, Any], monitor: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def objectives_and_directions(sweeper: Mapping[str, Any],
+                              monitor: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The objectives of a search and their directions, checked; ``monitor``: the run's, the default objective."""
     objectives = tuple(str(o) for o in sweeper.get("objectives") or [monitor or "val/acc"])
     return objectives, _directions(sweeper.get("direction"), sweeper.get("directions"), objectives)

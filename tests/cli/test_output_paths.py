@@ -13,8 +13,9 @@ from modelforge.files.paths import why_unwritable
 
 def test_why_unwritable_names_the_parent_that_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "FILE").write_text("a file")
+    in_the_way = f"{tmp_path / 'FILE'} is a file, not a folder"
     for folder in (True, False):
-        assert why_unwritable(tmp_path / "FILE" / "deeper" / "x", folder=folder) == f"{tmp_path / 'FILE'} is a file, not a folder"
+        assert why_unwritable(tmp_path / "FILE" / "deeper" / "x", folder=folder) == in_the_way
     assert why_unwritable(tmp_path / "FILE", folder=True) == f"{tmp_path / 'FILE'} is a file, not a folder"
     assert why_unwritable(tmp_path, folder=False) == f"{tmp_path} is a folder, not a file"
     assert why_unwritable(tmp_path / "new" / "sub", folder=True) is None  # creatable

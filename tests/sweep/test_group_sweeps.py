@@ -22,7 +22,8 @@ def user_experiments(tmp_path: Path) -> Path:
     header = "# @package _global_\ndefaults:\n  - override /model: mlp\nmodel:\n  hidden_sizes: [8]\n"
     (folder / "one.yaml").write_text(header)
     (folder / "two.yaml").write_text(header + "seed: 2\n")
-    (folder / "widths.yaml").write_text(header + "hydra:\n  sweeper:\n    params:\n      model.hidden_sizes: '[4],[8]'\n")
+    sweep = "hydra:\n  sweeper:\n    params:\n      model.hidden_sizes: '[4],[8]'\n"
+    (folder / "widths.yaml").write_text(header + sweep)
     return tmp_path / "conf"
 
 
@@ -54,8 +55,8 @@ def test_users_experiments_run_each_as_declared(run_main, sweep_here, user_exper
     assert not (tmp_path / "sweep").exists()
     hint = result.stderr.splitlines()
     assert hint[1] == "  hint: run it as a sweep of its own:"
-    assert hint[3].startswith(f"  and the others together: python -m modelforge train -m --config-dir {user_experiments} "
-                              "experiment=one,two trainer.max_epochs=1 ")
+    assert hint[3].startswith(f"  and the others together: python -m modelforge train -m --config-dir "
+                              f"{user_experiments} experiment=one,two trainer.max_epochs=1 ")
 
     # The command it names runs the experiment's own sweep: two jobs, one per width.
     named = shlex.split(hint[2])[3:]  # after `python -m modelforge`
