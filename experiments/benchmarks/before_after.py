@@ -4,8 +4,12 @@ A refactoring may not cost speed. For each side (``PYTHONPATH`` pointing at its 
 start-up (``summary``, ``train --help``, ``list models``) and the training epoch of
 ``train experiment=fast`` against the raw PyTorch loop (raw_loop.py) run between them, so each
 side's epoch gets a ratio to a raw epoch measured moments apart. Runs alternate A B A B.
+``--section loop`` instead runs the ``loop`` section's harness (bench_loop_overhead.py, this
+checkout's copy for both trees) in a process per side and repeat: what modelforge's step adds over
+the raw loop measured in the same process, on the one-layer model.
 
     python experiments/benchmarks/before_after.py --baseline d556246~1 --repeats 5
+    python experiments/benchmarks/before_after.py --baseline 8a74f3a --repeats 5 --section loop
 """
 
 from __future__ import annotations
@@ -55,10 +59,25 @@ def raw_epoch(work: Path) -> float:
     return statistics.mean(json.loads(out.strip().splitlines()[-1])["epoch_s"])
 
 
+LOOP = ("import json, sys; sys.path.insert(0, {here!r}); from bench_loop_overhead import measure; "
+        "v = measure({data!r}, {steps}, 1); print(json.dumps({{k: x[0] for k, x in v.items()}}))")
+
+
+def loop_side(tree: Path, work: Path, data_dir: str, steps: int = 400) -> dict[str, float]:
+    """The loop section's sides (ms per step) with ``tree``'s modelforge, and modelforge's step over the raw one."""
+    _, out = run(tree, ["-c", LOOP.format(here=str(HERE), data=data_dir, steps=steps)], work)
+    figures = {k: v * 1e3 for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+    figures["modelforge over raw"] = figures["modelforge train"] - figures["raw PyTorch loop"]
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", required=True, help="git revision of the 'before' tree")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--section", choices=("startup_epoch", "loop"), default="startup_epoch")
+    parser.add_argument("--data-dir", default=os.environ.get("MODELFORGE_DATA", str(REPO.parent / "shared" / "datasets"
+                                                                                       / "mnist")))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mf_before_after_"))
     before = work / "before"
@@ -69,9 +88,12 @@ def main() -> None:
     try:
         for i in range(args.repeats):
             for name, tree in trees.items():
-                raw = raw_epoch(work)
-                figures = side(tree, work, i)
-                figures["epoch_ratio_to_raw"] = figures["epoch_s"] / raw
+                if args.section == "loop":
+                    figures = loop_side(tree, work, args.data_dir)
+                else:
+                    raw = raw_epoch(work)
+                    figures = side(tree, work, i)
+                    figures["epoch_ratio_to_raw"] = figures["epoch_s"] / raw
                 for key, value in figures.items():
                     values[name].setdefault(key, []).append(value)
                 print(f"[{i + 1}/{args.repeats}] {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures.items()),
@@ -79,9 +101,9 @@ def main() -> None:
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], capture_output=True)
     print(f"\nmedians over {args.repeats} (baseline {args.baseline}):")
-    print(f"{'figure':<20} {'before':>9} {'after':>9}")
+    print(f"{'figure':<36} {'before':>9} {'after':>9}")
     for key in values["after"]:
-        print(f"{key:<20} {statistics.median(values['before'][key]):>9.3f} {statistics.median(values['after'][key]):>9.3f}")
+        print(f"{key:<36} {statistics.median(values['before'][key]):>9.3f} {statistics.median(values['after'][key]):>9.3f}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,35 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         write_with(Path(path), lambda handle: torch.save(checkpoint, handle), needed=checkpoint_nbytes(checkpoint))
 
 
-class RunCheckpoints(ModelCheckpoint):
+class EpochCheckpoint(ModelCheckpoint):
+    """A ModelCheckpoint that saves at epoch ends only, made cheap on the steps between.
+
+    Lightning asks every callback for its ``state_key`` at every hook of every step (for its profiler's labels), and
+    ModelCheckpoint builds it anew each time as a repr of its settings; they are fixed here, so it is built once. Its
+    per-batch check (``every_n_train_steps``, ``train_time_interval``) has nothing to do without those settings.
+    ``STATE_NAME`` is the class name that heads the key: the name the checkpoints of earlier runs stored this
+    callback's state under, so that resuming one restores it.
+    """
+
+    STATE_NAME = "ModelCheckpoint"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self._every_n_train_steps or self._train_time_interval:
+            raise ValueError(f"{type(self).__name__} saves at epoch ends only")
+        self._state_key = f"{self.STATE_NAME}" + repr(dict(
+            monitor=self.monitor, mode=self.mode, every_n_train_steps=self._every_n_train_steps,
+            every_n_epochs=self._every_n_epochs, train_time_interval=self._train_time_interval))
+
+    @property
+    def state_key(self) -> str:
+        return self._state_key
+
+    def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        return None  # no per-step saving to check
+
+
+class RunCheckpoints(EpochCheckpoint):
     """The run's resume points: ``DIR/last.ckpt`` after every epoch and when fit ends (``fast_dev_run`` included), and
     ``DIR/interrupted.ckpt`` with weights, optimizer and loop state when fitting stops on an exception.
 
@@ -61,6 +89,8 @@ class RunCheckpoints(ModelCheckpoint):
     every ``fit(ckpt_path=None)`` into ``fit(ckpt_path="last")``, a silent resume; modelforge resumes only when
     asked (``ckpt_path=``).
     """
+
+    STATE_NAME = "LastCheckpoint"  # this class's name before interrupted.ckpt joined it
 
     def __init__(self, dirpath: str | Path) -> None:
         super().__init__(dirpath=dirpath, filename=Path(LAST_CKPT).stem, monitor=None, save_top_k=1,

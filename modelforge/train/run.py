@@ -41,6 +41,7 @@ from modelforge.train.optim import build_optimizer
 from modelforge.train.records import claim_run_dir, current_run_dir, write_metrics
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
+from modelforge.train.timings import Phases
 from modelforge.train.trainer import (
     available,
     build_datamodule,
@@ -86,6 +87,7 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     callbacks of the caller's (a sweep's trial pruning); one with a ``run_record()`` method that returns a
     ``status`` ended the run itself (``metrics.json`` gets its record, and the weights are not tested).
     """
+    phases = Phases()
     quiet_third_party()
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
     # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
@@ -97,7 +99,7 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
         claim_run_dir(run_dir, "train")
         # Under Hydra, Hydra writes train.log.
         with contextlib.nullcontext() if HydraConfig.initialized() else run_log(run_dir / "train.log"):
-            return _train(run, run_dir, received, callbacks)
+            return _train(run, run_dir, received, callbacks, phases)
 
 
 @contextlib.contextmanager
@@ -130,7 +132,8 @@ def _claim_existing(run_dir: Path) -> bool:
     return False
 
 
-def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: Sequence[pl.Callback]) -> float:
+def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: Sequence[pl.Callback],
+           phases: Phases) -> float:
     with _recorded_setup_failure(run_dir):
         if run.seed is not None:
             pl.seed_everything(run.seed, workers=True, verbose=False)
@@ -152,11 +155,13 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
         write_yaml(run_dir / "config.yaml", run.config)
     start_epoch = int(ckpt.get("epoch", -1)) + 1 if ckpt else 0
     compiling = CompileCost().start() if run.compile else None
+    phases.end("prepare")  # checks left to train(), the trainer and module, the data files, config.yaml
     started = time.perf_counter()
     with ddp_run_scope(trainer):  # every rank ends its process group; rank 0 reaps the others
         try:
             trainer.fit(module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
             metrics["train_time_s"] = round(time.perf_counter() - started, 2)
+            phases.end("fit")
             if compiling is not None:  # the graphs of this fit, and the seconds compiling them took within train_time_s
                 metrics["compile"] = compiling.record()
                 log.info("compile: %d graph(s) in %.1f s (torch.compile, %s)", metrics["compile"]["graphs"],
@@ -171,8 +176,10 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
             ended_by = callback_records(trainer)
             results = [] if ended_by else trainer.test(module, datamodule=run.datamodule, verbose=False)
             metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
+            phases.end("test")
+            log.info(phases.line())
             metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
-                           global_step=trainer.global_step, status="finished")
+                           global_step=trainer.global_step, status="finished", timings=phases.record())
             metrics.update(ended_by)
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])

@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from modelforge.config import check_type, resolve_target
@@ -73,8 +73,8 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], 
     # Few: Lightning dispatches every hook of every callback at every step. The divergence guard and the resume
     # state are driven by ClassifierModule's own hooks; StopTogether joins DDP runs only (build_trainer).
     callbacks: list[Callback] = [
-        ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
-                        monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
+        ckpts.EpochCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
+                              monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
         ckpts.RunCheckpoints(ckpt_dir),  # last.ckpt after every epoch and at the end; interrupted.ckpt on a crash
         *hooks, *chosen,
         *extra,  # the caller's: e.g. a sweep's trial pruning (report monitor, stop when its pruner says)

@@ -36,7 +36,8 @@ def test_the_shipped_experiments_are_refused_with_the_commands(run_main, tmp_pat
         "  hint: run each as a sweep of its own:",
         "    python -m modelforge train -m experiment=activations trainer.max_epochs=1",
         "    python -m modelforge train -m experiment=enc_sizes trainer.max_epochs=1",
-        "  and the others together: python -m modelforge train -m experiment=fast,seed_cnn trainer.max_epochs=1",
+        "  and the others together: python -m modelforge train -m experiment=fast,seed_cnn,speedrun "
+        "trainer.max_epochs=1",
     ]
     assert list(tmp_path.iterdir()) == []
 

@@ -31,7 +31,7 @@ from tests.train.signal_helpers import wait_for
 DDP = ("trainer=ddp_cpu", "model=mlp", "model.hidden_sizes=[16]", "sched=none", "trainer.limit_val_batches=1",
        "trainer.limit_test_batches=1")
 PATHS = {"run_dir", "config", "best_ckpt", "resume_with"}  # where the files are: differs between runs
-TIMINGS = {"train_time_s"}
+TIMINGS = {"train_time_s", "timings"}
 
 
 def _env() -> dict[str, str]:
