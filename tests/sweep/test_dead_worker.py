@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -86,3 +87,30 @@ def test_a_killed_workers_trial_fails_and_shows_in_its_summary(tmp_path: Path, t
     assert rows[job.name]["overrides"]  # what the dead trial ran with, from its job's .hydra/overrides.yaml
     assert [row["status"] for name, row in rows.items() if name != job.name] == ["finished"]
     assert f"job {job.name} failed" in out_a  # the printed table names it
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_paused_worker_finds_its_trial_failed_and_says_so(tmp_path: Path, tiny_args: list[str]) -> None:
+    storage = f"journal:{tmp_path / 'study.log'}"
+    worker = start_search(tmp_path, "worker", storage, tiny_args, "hydra.sweeper.n_trials=1", "trainer.max_epochs=3")
+    job = training_job(tmp_path / "worker", worker)
+    worker.send_signal(signal.SIGSTOP)  # alive, but silent past the grace period (a stalled filesystem, a swap storm)
+    try:
+        time.sleep(GRACE_S + 1)
+        from modelforge.sweep.heartbeat import Heartbeat, fail_stale_trials
+
+        fail_stale_trials(optuna.load_study(study_name="shared", storage=open_storage(
+            storage, heartbeat=Heartbeat(1, GRACE_S))))  # another worker of the study looks
+        assert json.loads((job / "metrics.json").read_text())["status"] == "failed"
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    out, err = worker.communicate(timeout=600)
+
+    assert worker.returncode == 0, err[-3000:]  # its run finished: its own record says so, no traceback
+    assert "Traceback" not in err
+    assert "trial 0 was failed by another worker of the study: this run goes on unreported" in out  # its pruning
+    assert "trial 0 ended here as complete, but another worker of the study had failed it" in out
+    assert json.loads((job / "metrics.json").read_text())["status"] == "finished"
+    (trial,) = optuna.load_study(study_name="shared", storage=open_storage(storage)).get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL
