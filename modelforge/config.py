@@ -13,6 +13,7 @@ import functools
 import importlib
 import inspect
 import os
+import re
 import types
 import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -279,6 +280,41 @@ def typed_train_config(plain: Mapping[str, Any]) -> dict[str, Any]:
     except OmegaConfBaseException as exc:
         raise omegaconf_error(exc) from None
     return {**plain, **OmegaConf.to_container(typed)}
+
+
+# The train config's groups (conf/train.yaml's defaults): with TrainConfig's fields, the top-level keys train reads.
+TRAIN_GROUPS = ("model", "data", "trainer", "optim", "sched", "logger", "hooks", "callbacks")
+
+
+def train_keys() -> list[str]:
+    """Every top-level key of a train config that modelforge reads."""
+    return sorted([*TRAIN_GROUPS, *(f.name for f in dataclasses.fields(TrainConfig))])
+
+
+def check_top_level_keys(cfg: Mapping[str, Any] | DictConfig, known: Collection[str], command: str) -> None:
+    """Refuse a top-level key that ``command`` does not read: a typo added with ``+lable_smoothing=0.1`` would be
+    stored in config.yaml and change nothing. Plugins read only their own options (``hooks.NAME``, ``data``,
+    ``callbacks.NAME``), never a top-level key, so a key of the user's own is allowed only where an
+    interpolation (``${key}``) reads it."""
+    unknown = [str(key) for key in cfg if key not in known]
+    if not unknown:
+        return
+    read = _interpolated_names(OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg)
+    for key in (k for k in unknown if k not in read):
+        guess = closest_names(key, known)
+        raise ConfigError(key, f"{command} reads no top-level key {key!r}: it would be stored in config.yaml and "
+                          "change nothing", suggestions=guess, allowed=sorted(known),
+                          hint=(f"a key the config has is set without '+': {guess[0]}=..." if guess else
+                                f"leave it out; a key of your own stays only where an interpolation reads it "
+                                f"(${{{key}}})"))
+
+
+def _interpolated_names(value: Any) -> set[str]:
+    """The names inside the ``${...}`` interpolations of ``value`` (strings, lists and mappings, nested)."""
+    if isinstance(value, str):
+        return {name for body in re.findall(r"\$\{([^{}]*)\}", value) for name in re.findall(r"[A-Za-z_]\w*", body)}
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    return set().union(*(_interpolated_names(item) for item in items))
 
 
 def signature_defaults(factory: Callable, skip: Collection[str] = ()) -> dict[str, Any]:

@@ -28,6 +28,12 @@ class OptunaSweeperConf:
     sampler: Optional[str] = None  # tpe, random, grid, cmaes, nsgaii; null: tpe, nsgaii for several objectives
     seed: Optional[int] = None
     pruner: str = "none"  # median, successive_halving, hyperband, none
+    # A stored study's heartbeat (Optuna's): a running trial's worker records one every heartbeat_interval seconds;
+    # a trial without one for grace_period seconds (null: twice the interval) is failed by whichever worker of the
+    # study looks next (a killed worker's trial would stay RUNNING), and run again up to retry_stale_trials times.
+    heartbeat_interval: Optional[int] = 60
+    grace_period: Optional[int] = None
+    retry_stale_trials: int = 0
     # Keyword arguments of the Optuna sampler and pruner: +hydra.sweeper.pruner_options.n_warmup_steps=1
     sampler_options: Dict[str, Any] = field(default_factory=dict)
     pruner_options: Dict[str, Any] = field(default_factory=dict)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import shlex
 import sys
 import uuid
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Glob, Override
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf import errors as omegaconf_errors
@@ -50,7 +51,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
             OmegaConf.register_new_resolver(name, resolver, use_cache=name == "mf_uid")
     version.setbase("1.3")
     parser = hydra_utils.get_args_parser()
-    cmd = CommandLine(parser.parse_args(argv), config_name)  # a bad flag exits as Hydra would
+    cmd = CommandLine(parser.parse_args(argv), config_name, argv)  # a bad flag exits as Hydra would
     users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]
 
     def job(cfg: DictConfig) -> Any:  # the task in the user's environment, its errors reported as ours
@@ -75,6 +76,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         if cmd.args.experimental_rerun:  # it unpickles a file: a config must not run code
             raise ConfigError("--experimental-rerun", "not supported: run the command again")
         cmd.prepare()
+        cmd.check_group_sweeps()
         register_optuna_sweeper()  # where Hydra's plugin scan misses it (an editable install)
         hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=job, config_path=str(conf_dir()),
                                config_name=config_name)
@@ -125,8 +127,9 @@ class SweepJobError(hydra_errors.CompactHydraException):
 class CommandLine:
     """Hydra's parse of a command's arguments, and the user's config folders they name."""
 
-    def __init__(self, args: argparse.Namespace, config_name: str) -> None:
-        self.args, self.config_name = args, args.config_name or config_name
+    def __init__(self, args: argparse.Namespace, config_name: str, argv: list[str] = ()) -> None:
+        self.args, self.config_name, self.argv = args, args.config_name or config_name, list(argv)
+        self.command = config_name  # each command's config is named as it
         try:
             self.overrides = OverridesParser.create().parse_overrides(args.overrides)
         except hydra_errors.HydraException:
@@ -134,12 +137,50 @@ class CommandLine:
         self.folders = [f"file://{os.path.abspath(args.config_dir)}"] if args.config_dir else []
         self.folders += [str(v) for o in self.overrides if o.key_or_group == "hydra.searchpath" for v in _values(o)]
 
-    def group_options(self, group: str) -> list[str]:
-        """The options of config group ``group`` in conf/, plugins and the user's folders (Hydra cleared its own)."""
+    def repository(self) -> ConfigRepository:
+        """Hydra's configs in conf/, plugins and the user's folders (Hydra cleared its own)."""
         search_path = hydra_utils.create_automatic_config_search_path(None, None, str(conf_dir()))
         for folder in self.folders:
             search_path.append("command-line", folder)
-        return sorted(ConfigRepository(search_path).get_group_options(group, ObjectType.CONFIG))
+        return ConfigRepository(search_path)
+
+    def group_options(self, group: str) -> list[str]:
+        """The options of config group ``group``."""
+        return sorted(self.repository().get_group_options(group, ObjectType.CONFIG))
+
+    def check_group_sweeps(self) -> None:
+        """Refuse ``-m`` over options of a group that set the sweep itself (``experiment=glob(*)``: activations and
+        enc_sizes declare ``hydra.sweeper.params``). Hydra expands a sweep once, from the config before any job
+        exists, so each such option would run as one job of the default config: the command for each is named."""
+        if not self.args.multirun:
+            return
+        for override in (o for o in self.overrides if o.is_sweep_override() and not o.is_delete()):
+            group = override.key_or_group
+            if not (options := self.group_options(group)):
+                continue  # a key, not a group
+            value = override.value()
+            chosen = value.filter(options) if isinstance(value, Glob) else [str(v) for v in _values(override)]
+            sweeps = [name for name in chosen if name in options and _sets_the_sweep(self.repository(), group, name)]
+            if sweeps:
+                one = len(sweeps) == 1
+                raise ConfigError(group, f"{' and '.join(sweeps)} declare{'s' if one else ''} a sweep of "
+                                  f"{'its' if one else 'their'} own (hydra.sweeper): in a sweep over {group} options "
+                                  f"{'it' if one else 'each'} would run as one job, not as {'its' if one else 'a'} "
+                                  "sweep", hint=self._one_sweep_each(override, sweeps, chosen))
+
+    def _one_sweep_each(self, override: Override, sweeps: list[str], chosen: list[str]) -> str:
+        flags = [a for a in self.argv if a not in self.args.overrides and a not in ("-m", "--multirun")]
+        others = [a for a in self.args.overrides if a != override.input_line]
+
+        def command(choice: str) -> str:  # the flags before the overrides, as Hydra's parser takes them
+            words = [*flags, f"{override.key_or_group}={choice}", *others]
+            return " ".join(["python -m modelforge", self.command, "-m", *map(shlex.quote, words)])
+
+        lines = [f"run {'it' if len(sweeps) == 1 else 'each'} as a sweep of its own:",
+                 *(f"    {command(name)}" for name in sweeps)]
+        if together := [name for name in chosen if name not in sweeps]:
+            lines.append(f"  and the others together: {command(','.join(together))}")
+        return "\n".join(lines)
 
     def prepare(self) -> None:
         """Refuse what Hydra would answer with a traceback (two modes, a config source it lacks); bound the YAML in
@@ -183,6 +224,16 @@ class CommandLine:
                 ConfigStore.instance().store(name=name, node=node, group="/".join(group), package="model")
 
 
+def _sets_the_sweep(repository: ConfigRepository, group: str, option: str) -> bool:
+    """Whether option ``option`` of ``group`` holds ``hydra.sweeper`` settings (a search space, a sweeper)."""
+    try:
+        loaded = repository.load_config(f"{group}/{option}")
+    except Exception:  # noqa: BLE001 - an option Hydra cannot load: Hydra reports it when it composes
+        return False
+    config = loaded.config if loaded is not None else None
+    return isinstance(config, DictConfig) and OmegaConf.select(config, "hydra.sweeper") is not None
+
+
 CONFIG_SOURCES = ("file", "pkg", "structured")  # the schemes of Hydra's config sources
 
 
@@ -210,8 +261,7 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
         group, _, option = exc.missing_cfg_file.removesuffix(".yaml").rpartition("/")
         return UnknownNameError(f"{group} option", option, exc.options or cmd.group_options(group), path=group)
     if isinstance(exc, hydra_errors.OverrideParseException):
-        return ConfigError(exc.override, exc.message.split("\n")[0], hint="quote it: 'key=[1,2]'; grammar: "
-                           "https://hydra.cc/docs/advanced/override_grammar/basic/")
+        return _unparsed_override(exc.override, exc.message)
     composing = isinstance(exc, hydra_errors.ConfigCompositionException)
     cause = exc.__cause__ if composing else exc
     missing_key = (omegaconf_errors.ConfigKeyError, omegaconf_errors.ConfigAttributeError)
@@ -223,6 +273,21 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
         return error
     return ConfigError("--config-dir" if isinstance(exc, hydra_errors.SearchPathException) else "",
                        str(exc).split("\nConfig search path")[0].strip() or type(exc).__name__)
+
+
+def _unparsed_override(override: str, message: str) -> ConfigError:
+    """An override Hydra's grammar refuses; a value with a character the grammar takes only quoted (non-ASCII:
+    a path named in another script) is named, with the quoting for that very value."""
+    key, equals, value = override.partition("=")
+    odd = next((c for c in value if not c.isascii()), None) if equals else None
+    if odd is None or value[:1] in ("'", '"'):
+        return ConfigError(override, message.split("\n")[0], hint="quote it: 'key=[1,2]'; grammar: "
+                           "https://hydra.cc/docs/advanced/override_grammar/basic/")
+    quoted = f'{key}="{value}"' if "'" in value else f"{key}='{value}'"
+    shell = f'"{quoted}"' if not any(c in quoted for c in '"$`\\') else shlex.quote(quoted)
+    return ConfigError(key.lstrip("+~"), f"{odd!r} (U+{ord(odd):04X}) in {value!r}: Hydra's override grammar takes "
+                       "characters other than ASCII only in a quoted value",
+                       hint=f"quote the value (and the whole override, for the shell): {shell}")
 
 
 def _refused_override(message: str, cmd: CommandLine) -> ConfigError | None:

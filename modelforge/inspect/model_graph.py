@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.errors import ConfigError
+from modelforge.files.paths import check_writable
 from modelforge.models.shapes import describe_output
 
 FORMATS = ("svg", "png", "pdf")
@@ -102,11 +103,13 @@ def trace_units(model: nn.Module, input_shape: tuple[int, ...]) -> list[Unit]:
 
 
 def check_picture_path(path: str | Path, key: str = "summary.graph") -> str:
-    """The picture format of ``path`` (its suffix); ConfigError at ``key`` when it is not one matplotlib writes."""
+    """The picture format of ``path`` (its suffix); ConfigError at ``key`` when it is not one matplotlib writes,
+    or when the file cannot be written there."""
     fmt = Path(path).suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise ConfigError(key, f"{str(path)!r} has no picture suffix", allowed=", ".join(FORMATS),
                           hint=f"{key}=model.svg")
+    check_writable(path, key, folder=False)
     return fmt
 
 

@@ -14,20 +14,24 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException, HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from modelforge.config import check_top_level_keys, train_keys
 from modelforge.errors import ConfigError
 from modelforge.files.atomic import write_text
-from modelforge.sweep.study import search_settings, storage_file
+from modelforge.files.paths import check_writable
+from modelforge.sweep.study import objectives_and_directions, search_settings, storage_file
 from modelforge.sweep.summary import (
     METRICS_FILE,
     SUCCEEDED,
@@ -38,6 +42,7 @@ from modelforge.sweep.summary import (
     swept_overrides,
     write_summary,
 )
+from modelforge.sweep.trial import trial_of_job
 from modelforge.train.records import refuse
 
 log = logging.getLogger(__name__)
@@ -63,15 +68,30 @@ def check_sweep_dir(config: DictConfig) -> None:
     study stored there, in SQLite or a journal file: its new jobs get new ``<trial>_<launch id>`` directories,
     so no finished record changes)."""
     sweep_dir = Path(config.hydra.sweep.dir)
+    check_writable(sweep_dir, "hydra.sweep.dir", folder=True)
     earlier = [p for p in (sweep_dir / "multirun.yaml", sweep_dir / "summary.csv") if p.exists()]
     earlier += sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
     study = storage_file(str(config.hydra.sweeper.get("storage") or ""))
     if not earlier or study is not None and study.is_file() and study.resolve().parent == sweep_dir.resolve():
         return  # nothing there, or the study it continues
+    if _same_study(config, sweep_dir / "multirun.yaml"):
+        return  # a worker of a shared study, run again into its own directory
     raise ConfigError("hydra.sweep.dir", f"{sweep_dir} already holds a sweep ({', '.join(p.name for p in earlier[:4])}"
                       f"{', ...' if len(earlier) > 4 else ''}); it is left untouched",
                       hint="pick a new hydra.sweep.dir (or leave it unset); an Optuna search "
-                           "(hparams_search=optuna) continues the study stored in its directory")
+                           "(hparams_search=optuna) continues the study stored in its directory, or the shared "
+                           "study it searched (the same hydra.sweeper.storage and study_name)")
+
+
+def _same_study(config: DictConfig, earlier: Path) -> bool:
+    """Whether the sweep recorded in ``earlier`` (its multirun.yaml) searched the study ``config`` names."""
+    try:
+        sweeper = (yaml.safe_load(earlier.read_text()) or {})["hydra"]["sweeper"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return False
+    ours = OmegaConf.to_container(config.hydra.sweeper, resolve=False)  # as written, as multirun.yaml holds it
+    return config.hydra.sweeper.get("_target_") == OPTUNA_SWEEPER and ours.get("storage") is not None and all(
+        sweeper.get(key) == ours.get(key) for key in ("_target_", "storage", "study_name"))
 
 
 def objectives_of(config: DictConfig) -> list[tuple[str, str]]:
@@ -87,6 +107,8 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:  # before the sweeper writes multirun.yaml there, or anything is made
+            check_top_level_keys(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), train_keys(),
+                                 "train")  # what every job would refuse
             check_sweep_dir(config)
             self.objectives = objectives_of(config)
         except ConfigError as exc:
@@ -95,12 +117,14 @@ class SweepSummary(Callback):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fixed = [str(o) for o in config.hydra.overrides.task]
         self.planned, self.monitor = planned_jobs(config), config.get("monitor")
-        self.earlier = {row.job for row in read_rows(self.dir)}  # a continued study's jobs are history
+        self.earlier = {p.name for p in self.dir.iterdir() if p.is_dir()}  # a continued study's jobs are history
         self.failed: list[str] | None = None  # its failed jobs, once it ends
         _SWEEPS.append(self)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.job_started = time.time()
+        if (trial := trial_of_job(config.hydra.job.get("num"))) is not None:  # for whoever finds its worker dead
+            trial.set_user_attr("run_dir", str(config.hydra.runtime.output_dir))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if config.hydra.mode == RunMode.MULTIRUN:
@@ -110,20 +134,18 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         rows = self.report()
-        self.failed = [row.job for row in rows if row.status not in SUCCEEDED and row.job not in self.earlier]
+        self.failed = [row.job for row in rows if row.status not in SUCCEEDED and
+                       row.job.split("/")[0] not in self.earlier]
 
     def refresh(self, stopped: bool = False) -> list[JobRow]:
         """Rewrite the summary; ``stopped``: with a ``not run`` row for each planned job that never ran."""
-        # Parallel launchers (joblib) end jobs in several processes at once: one writer at a time.
-        with open(self.dir / ".summary.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            rows = read_rows(self.dir)
+        def not_run(rows: list[JobRow]) -> list[JobRow]:
             ran = {row.job.split("_", 1)[0] for row in rows}
-            rows += [JobRow(str(num), {"status": NOT_RUN, "overrides": job, "monitor": self.monitor,
-                                       "error": "never ran: the sweep stopped before it"})
-                     for num, job in enumerate(self.planned or []) if stopped and str(num) not in ran]
-            write_summary(self.dir, rows, self.fixed, self.objectives)
-        return rows
+            return [JobRow(str(num), {"status": NOT_RUN, "overrides": job, "monitor": self.monitor,
+                                      "error": "never ran: the sweep stopped before it"})
+                    for num, job in enumerate(self.planned or []) if stopped and str(num) not in ran]
+
+        return _write_locked(self.dir, self.fixed, self.objectives, not_run)
 
     def report(self, stopped: bool = False) -> list[JobRow]:
         """Refresh the summary and print it: the table, where it is, and which jobs failed or never ran."""
@@ -139,6 +161,32 @@ class SweepSummary(Callback):
             lines.append(f"the sweep stopped early: job(s) {', '.join(never)} never ran")
         print("\n".join(lines), flush=True)
         return rows
+
+
+def _write_locked(sweep_dir: Path, fixed: list[str], objectives: list[tuple[str, str]],
+                  more: Callable[[list[JobRow]], list[JobRow]] = lambda rows: []) -> list[JobRow]:
+    """Rewrite the summary from the jobs' records (and ``more`` rows), one writer at a time: parallel launchers
+    (joblib) end jobs in several processes at once, and a worker of a shared study may record another's dead job."""
+    with open(sweep_dir / ".summary.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        rows = read_rows(sweep_dir)
+        rows += more(rows)
+        write_summary(sweep_dir, rows, fixed, objectives)
+    return rows
+
+
+def rewrite_summary(sweep_dir: Path) -> None:
+    """Rewrite the summary of the sweep in ``sweep_dir``, as its own process would, from its multirun.yaml (its
+    command line and objectives, read as written) and its jobs' records: a job of it died with its process."""
+    try:
+        config = yaml.safe_load((sweep_dir / "multirun.yaml").read_text())
+        fixed, sweeper = [str(o) for o in config["hydra"]["overrides"]["task"]], config["hydra"]["sweeper"]
+        searched = sweeper.get("_target_") == OPTUNA_SWEEPER
+        objectives = list(zip(*objectives_and_directions(sweeper, config.get("monitor")))) if searched else []
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError, ConfigError) as exc:
+        log.warning("the summary in %s is left as it was: its multirun.yaml cannot be read (%s)", sweep_dir, exc)
+        return
+    _write_locked(sweep_dir, fixed, objectives)
 
 
 def planned_jobs(config: DictConfig) -> list[list[str]] | None:

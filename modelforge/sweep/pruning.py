@@ -49,8 +49,7 @@ class TrialPruning(Callback):
         value = float(value) if value is not None else math.nan
         prune = False
         if self.trial is not None and math.isfinite(value):  # a NaN is the divergence guard's to report
-            self.trial.report(value, step=self.validations)
-            prune = self.trial.should_prune()
+            prune = self._report(value)
         if trainer.world_size > 1:
             prune = trainer.strategy.broadcast(prune, src=0)
         if prune and self.pruned is None:
@@ -59,6 +58,21 @@ class TrialPruning(Callback):
             if self.trial is not None:
                 log.info("trial %d pruned after validation %d (epoch %d): %s %.4f", self.trial.number,
                          self.validations, trainer.current_epoch + 1, self.monitor, value)
+
+
+    def _report(self, value: float) -> bool:
+        """Report ``value``; whether the pruner stops the trial. A trial that another worker of its study failed (this
+        one's heartbeat went silent past the grace period) takes no more reports: the run goes on unreported."""
+        from optuna.exceptions import UpdateFinishedTrialError  # loaded: the trial is Optuna's
+
+        try:
+            self.trial.report(value, step=self.validations)
+            return self.trial.should_prune()
+        except UpdateFinishedTrialError:
+            log.warning("trial %d was failed by another worker of the study: this run goes on unreported",
+                        self.trial.number)
+            self.trial = None
+            return False
 
 
 def trial_callbacks(monitor: str) -> list[Callback]:

@@ -28,7 +28,7 @@ from optuna.trial import Trial, TrialState
 from modelforge.config import to_plain
 from modelforge.errors import ConfigError
 from modelforge.files.atomic import write_text, write_yaml
-from modelforge.sweep import search_space
+from modelforge.sweep import heartbeat, search_space
 from modelforge.sweep.plots import plot_study
 from modelforge.sweep.study import (
     BASIC_LAUNCHER,
@@ -86,11 +86,13 @@ class OptunaSearch:
         returns: list[Sequence[JobReturn]] = []
         remaining = self._trials_to_run(study)
         while remaining > 0 and not self.grid_done:
+            heartbeat.fail_stale_trials(study)  # a dead worker's, before the sampler reads the study
             trials = [self._ask(study, space, conditions, fixed) for _ in range(min(self.n_jobs, remaining))]
             with _failed_if_unfinished(study, trials):
-                batch = [search_space.job_overrides(trial.params, fixed) for trial in trials]
-                self.validate_batch(batch)
-                results = self._launch(trials, batch)
+                with heartbeat.beating(study, trials):  # while they run, not once they are told
+                    batch = [search_space.job_overrides(trial.params, fixed) for trial in trials]
+                    self.validate_batch(batch)
+                    results = self._launch(trials, batch)
                 failed = self._tell(study, trials, results)
             returns.append(results)
             remaining -= len(trials)
@@ -105,12 +107,14 @@ class OptunaSearch:
         settings = self.settings
         where = shown_url(settings.storage) if settings.storage else "memory"
         try:
-            study = optuna.create_study(storage=open_storage(settings.storage), study_name=settings.study_name,
+            storage = open_storage(settings.storage, heartbeat=heartbeat.heartbeat_of(settings))
+            study = optuna.create_study(storage=storage, study_name=settings.study_name,
                                         directions=list(settings.directions), load_if_exists=True,
                                         sampler=settings.make_sampler(settings.seed, self.grid),
                                         pruner=settings.make_pruner())
         except ValueError as exc:  # a stored study of other directions
             raise ConfigError(f"{SWEEPER}.directions", f"study {settings.study_name!r} in {where}: {exc}") from None
+        heartbeat.fail_stale_trials(study)
         if stored := study.get_trials(deepcopy=False):
             running = sum(t.state == TrialState.RUNNING for t in stored)  # another process's, in a shared study
             log.info("continuing Optuna study %r: %d trials stored%s, %d more to run (%s)", settings.study_name,
@@ -137,8 +141,8 @@ class OptunaSearch:
             stored = len(study.get_trials(deepcopy=False))
             study.sampler = self.settings.make_sampler(trial_seed(self.settings.seed, stored), self.grid)
         if not conditions:
-            return study.ask(space)
-        trial = study.ask()
+            return heartbeat.ask(study, space)
+        trial = heartbeat.ask(study)
         search_space.sample(trial, space, conditions, fixed)
         return trial
 
@@ -159,6 +163,12 @@ class OptunaSearch:
         failed = 0
         for trial, result in zip(trials, results):
             state, values, why = self._outcome(result)
+            if _finished(study, trial):  # failed by another worker, which heard no heartbeat from this one in time
+                log.warning("trial %d ended here as %s, but another worker of the study had failed it: no heartbeat "
+                            "reached the storage within hydra.sweeper.grace_period; its run's records stay as written",
+                            trial.number, state.name.lower())
+                failed += 1
+                continue
             if result.hydra_cfg is not None:
                 trial.set_user_attr("run_dir", str(result.hydra_cfg.hydra.runtime.output_dir))
             if why:
@@ -204,6 +214,7 @@ class OptunaSearch:
     def _report(self, study: optuna.Study) -> None:
         """Log the best trial(s), write them to optimization_results.yaml, and draw the study's plots."""
         settings = self.settings
+        heartbeat.fail_stale_trials(study)
         best = study.best_trials  # the Pareto front; the best trial for one objective
         if not best:
             log.error("no trial of study %r has completed (%d stored): it has no best value yet",
@@ -245,6 +256,11 @@ def _check_stored_space(study: optuna.Study, space: Mapping[str, Any]) -> None:
                                       f"{stored}, this search as {space[key]}: {exc}",
                                       hint="keep the stored search space, or start a new study (a new "
                                            "hydra.sweep.dir, or hydra.sweeper.study_name)") from None
+
+
+def _finished(study: optuna.Study, trial: Trial) -> bool:
+    """Whether ``trial`` is no longer running in the study (``fail_stale_trials`` of another worker failed it)."""
+    return study._storage.get_trial(trial._trial_id).state.is_finished()
 
 
 def _number(value: float) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
+from modelforge.files.paths import check_writable
 
 log = logging.getLogger(__name__)
 SWEEPER = "hydra.sweeper"
@@ -50,6 +51,9 @@ class SearchSettings:
     pruner: str
     sampler_options: dict[str, Any] = field(default_factory=dict)
     pruner_options: dict[str, Any] = field(default_factory=dict)
+    heartbeat_interval: int | None = None  # seconds; None: no heartbeat (a dead worker's trials stay RUNNING)
+    grace_period: int | None = None  # seconds without a heartbeat that fail a trial; None: twice the interval
+    retry_stale_trials: int = 0  # times a trial whose worker died is run again
 
     def make_sampler(self, seed: int | None, grid: dict[str, list[Any]] | None = None) -> Any:
         import optuna
@@ -76,8 +80,7 @@ def search_settings(sweeper: Mapping[str, Any], monitor: str | None, launcher: s
     ``launcher``: ``hydra.launcher._target_`` (pruning needs the trial in this process)."""
     _check_counts(int(sweeper.get("n_trials", 0)), int(sweeper.get("n_jobs", 1)),
                   float(sweeper.get("max_failure_rate", 0.0)))
-    objectives = tuple(str(o) for o in sweeper.get("objectives") or [monitor or "val/acc"])
-    directions = _directions(sweeper.get("direction"), sweeper.get("directions"), objectives)
+    objectives, directions = objectives_and_directions(sweeper, monitor)
     sampler = str(sweeper.get("sampler") or ("tpe" if len(objectives) == 1 else "nsgaii"))
     if sampler not in SAMPLERS:
         raise UnknownNameError("sampler", sampler, SAMPLERS, path=f"{SWEEPER}.sampler")
@@ -96,12 +99,23 @@ def search_settings(sweeper: Mapping[str, Any], monitor: str | None, launcher: s
     storage = str(sweeper.get("storage") or "") or None
     if storage is not None:
         check_storage_url(storage)
+        if (file := storage_file(storage)) is not None:
+            check_writable(file, f"{SWEEPER}.storage", folder=False)
     seed = sweeper.get("seed")
+    interval, grace, retries = _heartbeat(sweeper)
     return SearchSettings(study_name=str(sweeper.get("study_name") or "modelforge"), storage=storage,
                           objectives=objectives, directions=directions, sampler=sampler,
                           seed=None if seed is None else int(seed), pruner=pruner,
                           sampler_options=_options("sampler", SAMPLERS[sampler], sweeper.get("sampler_options")),
-                          pruner_options=_options("pruner", PRUNERS[pruner], sweeper.get("pruner_options")))
+                          pruner_options=_options("pruner", PRUNERS[pruner], sweeper.get("pruner_options")),
+                          heartbeat_interval=interval, grace_period=grace, retry_stale_trials=retries)
+
+
+def objectives_and_directions(sweeper: Mapping[str, Any],
+                              monitor: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The objectives of a search and their directions, checked; ``monitor``: the run's, the default objective."""
+    objectives = tuple(str(o) for o in sweeper.get("objectives") or [monitor or "val/acc"])
+    return objectives, _directions(sweeper.get("direction"), sweeper.get("directions"), objectives)
 
 
 def _check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
@@ -111,6 +125,25 @@ def _check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
         raise ConfigError(f"{SWEEPER}.n_jobs", f"must be 1 or more (trials asked for at once), got {n_jobs}")
     if not 0.0 <= max_failure_rate <= 1.0:
         raise ConfigError(f"{SWEEPER}.max_failure_rate", f"must be in [0, 1], got {max_failure_rate}")
+
+
+def _heartbeat(sweeper: Mapping[str, Any]) -> tuple[int | None, int | None, int]:
+    """``heartbeat_interval``, ``grace_period`` and ``retry_stale_trials``, checked: whole seconds, and a grace
+    period longer than the interval (else a worker's every pause between two heartbeats fails its trial)."""
+    interval, grace = sweeper.get("heartbeat_interval"), sweeper.get("grace_period")
+    retries = sweeper.get("retry_stale_trials") or 0
+    for key, value in (("heartbeat_interval", interval), ("grace_period", grace)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{SWEEPER}.{key}", f"must be whole seconds, 1 or more, or null; got {value!r}")
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigError(f"{SWEEPER}.retry_stale_trials", f"must be 0 or more, got {retries!r}")
+    if grace is not None and interval is not None and grace <= interval:
+        raise ConfigError(f"{SWEEPER}.grace_period", f"{grace} s is not longer than the heartbeat interval "
+                          f"({interval} s): live trials would be failed between two heartbeats",
+                          hint=f"hydra.sweeper.grace_period={2 * interval}, or null (twice the interval)")
+    if grace is not None and interval is None:
+        raise ConfigError(f"{SWEEPER}.grace_period", "has no effect without hydra.sweeper.heartbeat_interval")
+    return interval, grace, retries
 
 
 def _directions(direction: Any, directions: Any, objectives: Sequence[str]) -> tuple[str, ...]:
@@ -176,26 +209,33 @@ def shown_url(url: str) -> str:
     return f"{scheme}://{user}{':***' if colon else ''}@{host}"
 
 
-def open_storage(url: str | None, attempts: int = 3) -> Any:
-    """The Optuna storage for ``url`` (None: in memory). Several processes opening one new database together
-    race to create its tables: a failed attempt is tried again after a pause."""
+def open_storage(url: str | None, attempts: int = 3, heartbeat: Any = None) -> Any:
+    """The Optuna storage for ``url`` (None: in memory), keeping the ``heartbeat`` of running trials
+    (:class:`~modelforge.sweep.heartbeat.Heartbeat`; None: none). Several processes opening one new database
+    together race to create its tables: a failed attempt is tried again after a pause."""
     if url is None:
         return None
+    import warnings
+
     import optuna
+    from optuna.exceptions import ExperimentalWarning
 
     if url.startswith(JOURNAL_PREFIX):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = storage_file(url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
+        return heartbeat.journal(path) if heartbeat else JournalStorage(JournalFileBackend(str(path)))
     from sqlalchemy.exc import SQLAlchemyError
 
     if (db := storage_file(url)) is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(attempts):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True} if db is None else None)
+            with warnings.catch_warnings():  # Optuna calls its heartbeat experimental
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True} if db is None else None,
+                                                  **(heartbeat.rdb_options() if heartbeat else {}))
         except ImportError as exc:  # Optuna's, from SQLAlchemy's for the driver module
             scheme, missing = url.partition("://")[0].partition("+")[0], getattr(exc.__cause__, "name", None)
             raise ConfigError(f"{SWEEPER}.storage", f"{shown_url(url)}: its database driver is not installed"

@@ -22,12 +22,14 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from modelforge.errors import ConfigError, ModelforgeError
 from modelforge.files.atomic import write_json
+from modelforge.files.paths import why_unwritable
 from modelforge.train import launch
 
 EXIT_CONFIG_ERROR = 2
 FINAL_RECORDS = ("metrics.json", "eval_metrics.json")  # written when a run ends, however it ends
 RUN_FILES = (*FINAL_RECORDS, "config.yaml")
 CLAIM_FILE = ".run_claim"  # who claimed the directory: pid, host, time, command
+SETUP_LEFTOVERS = {CLAIM_FILE, "metrics.json", ".hydra", "train.log"}  # all that a run failed at setup leaves
 
 # Directories a Hydra callback of this process claimed for the task Hydra runs next: that
 # task's own claim_run_dir takes the claim over, once.
@@ -43,13 +45,50 @@ def check_run_dir(run_dir: Path, command: str) -> None:
     if not found:
         return
     if command == "train":
-        hint = (f"pick a new directory, or resume with ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'} "
-                "(the resumed run gets a directory of its own)")
+        resume = _resume_point(run_dir)
+        hint = (f"pick a new directory, or resume with {resume} (the resumed run gets a directory of its own)"
+                if resume else "pick a new directory (it holds no last.ckpt to resume from)")
     else:
         hint = f"leave {_dir_key()} unset: `{command}` writes into a new directory of its own"
     # One line, as for a directory taken by a run under way: two runs racing for it see one or the other.
     raise ConfigError(_dir_key(), f"{run_dir} already holds a run ({', '.join(p.name for p in found[:3])}); "
                       f"it is left untouched: {hint}")
+
+
+def _resume_point(run_dir: Path) -> str | None:
+    """``ckpt_path=...`` that resumes the run in ``run_dir``: its record's ``resume_with``, else its last.ckpt."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if resume := json.loads((run_dir / "metrics.json").read_text()).get("resume_with"):
+            return str(resume)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return f"ckpt_path={last}" if last.is_file() else None
+
+
+def _failed_at_setup(run_dir: Path) -> str | None:
+    """The error of a run that failed before training in ``run_dir`` (``stage: setup``: missing data, a bad
+    checkpoint) when that is all the directory holds (Hydra's ``.hydra/`` and log, the claim, the record); else None."""
+    try:
+        record = json.loads((run_dir / "metrics.json").read_text())
+        leftovers = {p.name for p in run_dir.iterdir()}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("stage") != "setup" or leftovers - SETUP_LEFTOVERS:
+        return None
+    return str(record.get("error") or "no error recorded").splitlines()[0]
+
+
+def _take_over(run_dir: Path) -> bool:
+    """Take ``run_dir`` over from a run that failed at setup. Its record is renamed aside first, which one process
+    wins: another that races for the directory then finds the old claim without a record (taken) or the new claim."""
+    aside = run_dir / f".setup_failure.{os.getpid()}.json"
+    try:
+        os.rename(run_dir / "metrics.json", aside)
+    except OSError:  # another run took it first
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(run_dir / CLAIM_FILE)
+    os.unlink(aside)
+    return True
 
 
 def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = False) -> None:
@@ -74,18 +113,22 @@ def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = Fal
 
 
 def _claim(run_dir: Path, command: str, key: str) -> str:
+    # A directory whose run failed before training holds nothing to keep: the same command, its data fixed, runs there.
+    if command == "train" and (error := _failed_at_setup(run_dir)) is not None and _take_over(run_dir):
+        print(f"note: {run_dir} held only the record of a run that failed before training ({error}); this run "
+              "takes the directory over", file=sys.stderr)
     check_run_dir(run_dir, command)
     claim = run_dir / CLAIM_FILE
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
               "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if (why := why_unwritable(run_dir, folder=True)) is not None:
+        raise _unwritable(run_dir, why)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
-        if not run_dir.is_dir():
-            raise _unwritable(run_dir, "it is a file") from None
         raise _taken(run_dir) from None
-    except OSError as exc:
+    except OSError as exc:  # what the check above cannot see (a full disk, a read-only mount)
         raise _unwritable(run_dir, exc.strerror or str(exc)) from None
     try:  # the claim is made; this only says whose (a full disk: the run's first write reports it)
         with contextlib.suppress(OSError):

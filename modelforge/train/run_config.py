@@ -23,8 +23,11 @@ from modelforge.build import (
 )
 from modelforge.config import (
     MODEL_SHORTCUTS,
+    check_top_level_keys,
     load_config,
+    load_yaml_file,
     require_probability,
+    train_keys,
     typed_train_config,
 )
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
@@ -74,7 +77,9 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     take TrainConfig's defaults and types (as at composition); here and in the builders, what types cannot say."""
     if isinstance(cfg, RunConfig):
         return cfg
-    plain = typed_train_config(load_config(cfg))
+    raw = load_yaml_file(cfg) if isinstance(cfg, (str, Path)) else cfg
+    check_top_level_keys(raw, train_keys(), "train")
+    plain = typed_train_config(load_config(raw))
     seed, monitor, ckpt_path, label_smoothing = (plain[k] for k in ("seed", "monitor", "ckpt_path", "label_smoothing"))
     require_probability(label_smoothing, "label_smoothing")
     if monitor not in MONITORED_METRICS:

@@ -41,6 +41,32 @@ def test_bad_override_is_one_message_with_exit_2(run_main, args: list[str], mess
     assert "not in struct" not in result.stderr and "Config search path" not in result.stderr
 
 
+@pytest.mark.parametrize(("override", "shown"), [
+    ("hydra.run.dir=/tmp/ünïcødé", "'ü' (U+00FC) in '/tmp/ünïcødé'"),
+    ("+hydra.run.dir=/tmp/ü'x", "'ü' (U+00FC) in \"/tmp/ü'x\""),
+])
+def test_an_unquoted_non_ascii_value_names_the_character_and_the_quoting(run_main, tmp_path: Path, override: str,
+                                                                        shown: str) -> None:
+    import shlex
+
+    result = run_main("train", override, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    head, hint = result.stderr.splitlines()
+    assert head == f"error: hydra.run.dir: {shown}: Hydra's override grammar takes characters other than ASCII only " \
+                   "in a quoted value"
+    assert "LexerNoViableAltException" not in result.stderr and "bracket" not in result.stderr
+    quoting = hint.removeprefix("  hint: quote the value (and the whole override, for the shell): ")
+    key, _, value = shlex.split(quoting)[0].partition("=")  # as the shell hands it to Hydra: the value quoted
+    assert key == override.partition("=")[0] and value[1:-1] == override.partition("=")[2] and value[0] == value[-1]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_quoted_non_ascii_run_dir_is_used_as_written(run_main, tmp_path: Path) -> None:
+    result = run_main("train", f"hydra.run.dir='{tmp_path}/ünïcødé'", "--cfg", "hydra", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"dir: {tmp_path}/ünïcødé" in result.stdout
+
+
 def test_options_of_a_user_config_dir_are_suggested(run_main, tmp_path: Path) -> None:
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "my_model.yaml").write_text("name: mlp\nhidden_sizes: [8]\n")

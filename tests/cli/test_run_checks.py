@@ -30,5 +30,6 @@ def test_run_dir_that_cannot_be_made_is_one_message(run_main, tmp_path: Path) ->
     (tmp_path / "file").write_text("not a directory")
     result = run_main("train", f"hydra.run.dir={tmp_path / 'file' / 'run'}")
     assert result.returncode == 2
-    assert result.stderr.startswith(f"error: hydra.run.dir: cannot write the run directory {tmp_path / 'file' / 'run'}")
+    assert result.stderr.startswith(f"error: hydra.run.dir: cannot write the run directory {tmp_path / 'file' / 'run'}: "
+                                    f"{tmp_path / 'file'} is a file, not a folder\n")
     assert "Traceback" not in result.stderr
