@@ -135,12 +135,26 @@ def constant(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, last
     """Constant learning rate."""
 
 
+def has_momentum(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` uses a momentum one-cycle can move: betas (Adam's family) or a momentum above 0
+    (SGD, RMSprop). Cycling a momentum of 0 would give the optimizer one that its config left out."""
+    return "betas" in optimizer.defaults or bool(optimizer.defaults.get("momentum"))
+
+
 def onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float = 1.0,
-              pct_start: float = 0.25, last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
-    """One-cycle: warm up to lr * max_lr_factor (1: optim.lr is the peak), then anneal (OneCycleLR), every batch."""
+              pct_start: float = 0.25, cycle_momentum: bool | None = None,
+              last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
+    """One-cycle: warm up to lr * max_lr_factor (1: optim.lr is the peak), then anneal (OneCycleLR), every batch.
+    The momentum (beta1) cycles inversely, 0.95 to 0.85 and back, where the optimizer has one (``cycle_momentum``
+    null); Adagrad, Adadelta and the like keep theirs as they are."""
     require_positive(max_lr_factor, "sched.max_lr_factor")
     if not 0.0 < pct_start < 1.0:
         raise ConfigError("sched.pct_start", f"must be in (0, 1), got {pct_start}")
+    if cycle_momentum is None:
+        cycle_momentum = has_momentum(optimizer)
+    elif cycle_momentum and not {"momentum", "betas"} & set(optimizer.defaults):
+        raise ConfigError("sched.cycle_momentum", f"{type(optimizer).__name__} has no momentum or betas to cycle",
+                          hint="sched.cycle_momentum=false, or null: cycled where the optimizer has a momentum")
     # OneCycleLR divides by zero when the warm-up phase is under two steps (tiny smoke runs):
     # plan at least that many; a run that stops earlier just never finishes the cycle.
     planned = max(total_steps, math.ceil(2 / pct_start) + 1)
@@ -149,7 +163,8 @@ def onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_
         for group, peak in zip(optimizer.param_groups, peaks):
             group.update(max_lr=peak, initial_lr=peak / ONECYCLE_DIV, min_lr=peak / ONECYCLE_DIV / ONECYCLE_FINAL_DIV)
     return _LR_SCHEDULER.OneCycleLR(optimizer, max_lr=peaks, total_steps=planned, pct_start=pct_start,
-                                    div_factor=ONECYCLE_DIV, final_div_factor=ONECYCLE_FINAL_DIV, last_epoch=last_step)
+                                    cycle_momentum=cycle_momentum, div_factor=ONECYCLE_DIV,
+                                    final_div_factor=ONECYCLE_FINAL_DIV, last_epoch=last_step)
 
 
 def cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, min_lr: float = 0.0,
@@ -231,7 +246,7 @@ def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | 
     _sched_options(sched_cfg)
     key = "optim"
     if model is None:  # 2-D: some optimizers (Muon) take matrices only
-        model, optim_cfg = nn.Linear(2, 2), {**optim_cfg, "param_groups": None}
+        model, optim_cfg = nn.Linear(2, 2, bias=False), {**optim_cfg, "param_groups": None}
     try:
         optimizer = build_optimizer(model, optim_cfg)
         key = "sched"
@@ -239,7 +254,9 @@ def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | 
     except ConfigError:
         raise
     except (ValueError, TypeError, RuntimeError) as exc:
-        raise ConfigError(key, f"torch refused these options: {exc}") from None
+        raise ConfigError(key, f"torch refused these options: {exc}",
+                          hint="sched=none trains at a constant optim.lr with any optimizer" if key == "sched" else None
+                          ) from None
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Mapping[str, Any] | None, total_steps: int,
