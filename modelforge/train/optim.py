@@ -91,11 +91,17 @@ def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any
     return cls, options, no_decay, groups
 
 
+REST_GROUP = "other"  # the name of the group of parameters no glob of optim.param_groups chose
+NO_DECAY_SUFFIX = "/no_decay"  # a group's norm-layer parameters and biases, with optim.no_decay_norm_bias
+
+
 def param_groups(model: nn.Module, defaults: Mapping[str, Any], groups: Mapping[str, Mapping[str, float]] = {},
                  no_decay_norm_bias: bool = False) -> list[dict[str, Any]]:
     """The trainable parameters (frozen ones are left out) in torch's param groups: one per glob of
     ``groups`` (first match wins; ``lr_mult`` scales the lr), the rest in a last one; with
-    ``no_decay_norm_bias``, each split again with norm-layer parameters and biases at weight decay 0."""
+    ``no_decay_norm_bias``, each split again with norm-layer parameters and biases at weight decay 0.
+    Where there are several, each group has a ``name`` (its glob, ``other``, ``.../no_decay``): Lightning's
+    LearningRateMonitor logs them under it (``lr-Adam/encoder.*``), and the run's log line names them so."""
     no_decay = {id(p) for m in model.modules() for pname, p in m.named_parameters(recurse=False)
                 if isinstance(m, _NORM_TYPES) or pname.endswith("bias")} if no_decay_norm_bias else set()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -105,15 +111,49 @@ def param_groups(model: nn.Module, defaults: Mapping[str, Any], groups: Mapping[
     built = []
     for glob, params in chosen.items():
         if glob and not params:
-            raise ConfigError(f"optim.param_groups.{glob}", "matches no trainable parameter",
-                              suggestions=closest_globs(glob, [n for n, _ in named]),
-                              hint="parameter names as in model.named_parameters(), e.g. encoder.0.*")
+            _refuse_empty_group(model, glob, [n for n, _ in named])
         settings = dict(groups.get(glob, {}))
         mult = settings.pop("lr_mult", 1.0)  # kept in the group: a schedule re-planned on resume reads it
         group = {"lr": defaults["lr"] * mult, "lr_mult": mult, **settings} if glob else {}
-        built += [{**group, "params": [p for p in params if id(p) not in no_decay]},
-                  {**group, "params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
-    return [g for g in built if g["params"]]
+        built += [{**group, "name": glob or REST_GROUP, "params": [p for p in params if id(p) not in no_decay]},
+                  {**group, "name": (glob or REST_GROUP) + NO_DECAY_SUFFIX, "weight_decay": 0.0,
+                   "params": [p for p in params if id(p) in no_decay]}]
+    built = [g for g in built if g["params"]]
+    if len(built) == 1:
+        del built[0]["name"]  # one group: Lightning logs it as lr-Adam, as ever
+    return built
+
+
+def _refuse_empty_group(model: nn.Module, glob: str, trainable: list[str]) -> None:
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad and fnmatch.fnmatchcase(n, glob)]
+    if frozen:
+        raise ConfigError(f"optim.param_groups.{glob}", f"matches only frozen parameters ({len(frozen)} tensors: "
+                          f"{', '.join(frozen[:3])}{', ...' if len(frozen) > 3 else ''}): freeze keeps them as they "
+                          "are, so no optimizer group holds them",
+                          hint=f"leave {glob} out of optim.param_groups, or out of freeze to train it at its lr_mult")
+    raise ConfigError(f"optim.param_groups.{glob}", "matches no trainable parameter",
+                      suggestions=closest_globs(glob, trainable),
+                      hint="parameter names as in model.named_parameters(), e.g. encoder.0.*")
+
+
+def describe_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """For metrics.json and the log: each named param group's lr, lr_mult, weight decay and size
+    ([] when the optimizer has one group, as without ``optim.param_groups`` and ``no_decay_norm_bias``)."""
+    if len(optimizer.param_groups) < 2:
+        return []
+    return [{"name": g.get("name", f"pg{i}"), "lr": g["lr"], "lr_mult": g.get("lr_mult", 1.0),
+             "weight_decay": g.get("weight_decay"), "tensors": len(g["params"]),
+             "params": sum(p.numel() for p in g["params"])} for i, g in enumerate(optimizer.param_groups, 1)]
+
+
+def group_line(groups: list[dict[str, Any]]) -> str | None:
+    """One log line of :func:`describe_groups`' groups (None for one group)."""
+    if not groups:
+        return None
+    parts = [f"{g['name']} lr {g['lr']:g}" + (f" (lr_mult {g['lr_mult']:g})" if g["lr_mult"] != 1 else "")
+             + (f" weight_decay {g['weight_decay']:g}" if g.get("weight_decay") is not None else "")
+             + f": {g['tensors']} tensors, {g['params']:,} params" for g in groups]
+    return "optimizer groups: " + "; ".join(parts)
 
 
 def build_optimizer(model: nn.Module, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:

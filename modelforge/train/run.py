@@ -27,6 +27,7 @@ from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.flops import count_macs
 from modelforge.inspect.summary import describe_model
 from modelforge.train import launch
+from modelforge.train.averaging import trained_epochs
 from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoints import (
     check_epochs_left,
@@ -40,6 +41,7 @@ from modelforge.train.module import ClassifierModule
 from modelforge.train.optim import build_optimizer
 from modelforge.train.records import claim_run_dir, current_run_dir, write_metrics
 from modelforge.train.run_config import RunConfig, validate_run_config
+from modelforge.train.run_report import setup_report
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
 from modelforge.train.timings import Phases
 from modelforge.train.trainer import (
@@ -145,12 +147,13 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
     device = describe_device(trainer)
     log.info("device: %s (%s) x%d, precision %s", device["accelerator"], device["name"], device["devices"],
              device["precision"])
-    for line in run.transfer.lines(model):  # what init.from loaded and left out, what freeze froze
+    setup_lines, setup_record = setup_report(run)  # init.from, freeze, the optimizer's groups, weight averaging
+    for line in setup_lines:
         log.info(line)
     metrics: dict[str, Any] = {"status": "running", **_record(run_dir),
                                "params": sum(p.numel() for p in model.parameters()), "macs": macs,
                                "monitor": monitor, "data": describe_data(run.datamodule), "device": device,
-                               **run.transfer.record(model)}
+                               **setup_record}
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", run.config)
     start_epoch = int(ckpt.get("epoch", -1)) + 1 if ckpt else 0
@@ -178,7 +181,8 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
             metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             phases.end("test")
             log.info(phases.line())
-            metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
+            epochs = trained_epochs(trainer)  # callbacks=[swa]'s batch-norm pass is no epoch of training
+            metrics.update(epochs=epochs, epochs_this_run=epochs - start_epoch,
                            global_step=trainer.global_step, status="finished", timings=phases.record())
             metrics.update(ended_by)
         except BaseException as exc:
