@@ -31,7 +31,7 @@ from modelforge.deploy.load import (
     read_torch_file,
     resolve_checkpoint,
 )
-from modelforge.errors import CheckpointError, ConfigError, closest_globs
+from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_names
 
 # Prefixes a whole state_dict may carry from its wrapper: a LightningModule's attribute, DataParallel /
 # AveragedModel, torch.compile(module). Removed when every key has one and the model has no such child.
@@ -282,6 +282,17 @@ def _listing(names: Mapping[str, Any] | list[str]) -> str:
     return ", ".join(listed[:MAX_LISTED]) + more
 
 
+def _partial_modules(model: nn.Module, params: Mapping[str, nn.Parameter]) -> list[str]:
+    """The model's modules that hold some of its parameters but not all, in the model's order: what ``freeze`` may
+    name (a module without parameters matches none; one holding them all leaves nothing to train)."""
+    return [n for n, m in model.named_modules() if n and 0 < sum(1 for _ in m.parameters()) < len(params)]
+
+
+def _example(parts: list[str]) -> str:
+    """A glob that freezes a part of the model: its first outermost part's contents."""
+    return f"{min(parts, key=lambda n: n.count('.'))}.*" if parts else "encoder.*"
+
+
 def freeze(model: nn.Module, globs: list[str] | tuple[str, ...], freeze_bn: bool = True,
            path: str = "freeze") -> Frozen:
     """Set ``requires_grad=False`` on the parameters that ``globs`` match, by name or by a module they lie in.
@@ -293,20 +304,23 @@ def freeze(model: nn.Module, globs: list[str] | tuple[str, ...], freeze_bn: bool
             the globs freeze every parameter.
     """
     params = dict(model.named_parameters())
+    parts = _partial_modules(model, params)
     chosen: set[str] = set()
     for i, glob in enumerate(globs):
         matched = {name for name in params if _covered(name, glob)}
         if not matched:
-            modules = [n for n, _ in model.named_modules() if n]
+            # Only what this model has and freeze takes: a glob that freezes a part of it.
+            valid = [g for g in closest_globs(glob, params, n=5)
+                     if 0 < sum(_covered(n, g) for n in params) < len(params)]
             raise ConfigError(f"{path}[{i}]", f"{glob!r} matches no parameter of {type(model).__name__}",
-                              suggestions=closest_globs(glob, params),
-                              allowed=f"module names: {_listing(modules)}",
-                              hint="a glob over parameter names (encoder.*) or a module's name (encoder.0); "
+                              suggestions=valid[:1] or closest_names(glob, parts),
+                              allowed=f"module names: {_listing(parts)}",
+                              hint=f"a glob over parameter names ({_example(parts)}) or a module's name; "
                                    "`python -m modelforge summary` lists the modules")
         chosen |= matched
     if params and len(chosen) == len(params):
         raise ConfigError(path, f"{list(globs)} freezes every parameter of the model: nothing would train",
-                          hint="freeze a part, e.g. freeze=[encoder.*]")
+                          hint=f"freeze a part, e.g. freeze=[{_example(parts)}]" if parts else None)
     for name in chosen:
         params[name].requires_grad_(False)
     norms = []

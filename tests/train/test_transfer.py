@@ -217,6 +217,25 @@ def test_freezing_everything_or_a_module_without_parameters_is_refused() -> None
     assert all(p.requires_grad for p in model.parameters())  # a refused freeze changes nothing
 
 
+@pytest.mark.parametrize(("name", "glob"), [("lenet5", "nodes.zzz"), ("lenet5", "nodes.c"), ("cnn", "encodr.*"),
+                                            ("resnet18", "nodes.layr1.*"), ("mlp", "hiden.*")])
+def test_a_freeze_hint_is_the_models_own_and_is_taken(name: str, glob: str) -> None:
+    """Issue 33.14: lenet5 'freeze=[nodes.zzz]' suggested nodes.*, which freezes every parameter, whose refusal then
+    hinted at encoder.*, which lenet5 does not have."""
+    model_cfg = _plain(f"model={name}")["model"]
+    total = len(list(build_model(model_cfg).parameters()))
+    with pytest.raises(ConfigError) as refused:
+        freeze(build_model(model_cfg), [glob])
+    suggested = refused.value.suggestions
+    assert len(suggested) == 1
+    frozen = freeze(build_model(model_cfg), suggested)  # taken: a part of the model, not all of it
+    assert 0 < len(frozen.params) < total
+    with pytest.raises(ConfigError, match=r"freezes every parameter") as everything:
+        freeze(build_model(model_cfg), ["*"])
+    example = everything.value.hint.removeprefix("freeze a part, e.g. freeze=[").removesuffix("]")
+    assert 0 < len(freeze(build_model(model_cfg), [example]).params) < total
+
+
 def test_composite_block_paths_freeze_whole_blocks_with_their_norms() -> None:
     plain = _plain("model=resnet18", "freeze=[nodes.stem,nodes.layer1.*]")
     run = validate_run_config({**plain, "data": {**plain["data"], "verify": False, "download": False}})
