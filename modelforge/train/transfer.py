@@ -13,6 +13,7 @@ before any work; :class:`FrozenWeights` keeps the frozen tensors as they were wh
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from modelforge.deploy.load import (
     read_torch_file,
     resolve_checkpoint,
 )
-from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_names
+from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_names, closest_paths
 
 # Prefixes a whole state_dict may carry from its wrapper: a LightningModule's attribute, DataParallel /
 # AveragedModel, torch.compile(module). Removed when every key has one and the model has no such child.
@@ -146,6 +147,8 @@ def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bo
     globs = [globs] if isinstance(globs, str) else globs
     check_type(globs, list[str], "freeze")
     report, skipped = None, None
+    if source is not None:
+        require_path(source, "init.from")
     if source is not None and resuming:
         found, _ = resolve_checkpoint(source, "init.from")
         if not found.is_file():
@@ -161,6 +164,15 @@ def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bo
 
 # --- init.from ---------------------------------------------------------------------------------
 
+def require_path(path: str | Path, key: str) -> None:
+    """Refuse a ``path`` that does not exist, naming it whole and what it may have meant (``runs/mnsit``)."""
+    given = Path(path).expanduser()
+    if not given.exists():
+        near = closest_paths(given)
+        raise CheckpointError(f"{key}: no checkpoint file at {os.path.abspath(given)}"
+                              + (f"\n  did you mean {' or '.join(repr(n) for n in near)}?" if near else ""))
+
+
 def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, str | None] | None = None,
                       strict: bool = False, key: str = "init.from") -> InitReport:
     """Copy the tensors of ``path`` that fit into ``model`` (names after ``mapping``, same shapes).
@@ -171,6 +183,7 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
         ConfigError: a glob of ``mapping`` that matches no tensor of the file.
     """
     source, chosen = resolve_checkpoint(path, key)  # a run directory: the checkpoint load_model takes
+    source = Path(os.path.abspath(source))  # printed whole, as the run directory is
     weights, averaging = read_weights(source, key)
     wanted = model.state_dict()
     weights = rename(_strip_wrapper_prefix(weights, wanted), mapping or {}, source)

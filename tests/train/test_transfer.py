@@ -198,6 +198,19 @@ def test_bad_paths_and_files_are_clear_errors(tmp_path: Path) -> None:
         apply_transfer({"init": {"from": str(tmp_path / "other.pt")}}, model)
 
 
+def test_a_misspelt_init_from_is_named_whole_with_did_you_mean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "runs" / "mnist").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    model = build_model({"name": "cnn", "enc_sizes": [8]})
+    for resuming in (False, True):
+        with pytest.raises(CheckpointError, match=rf"^init.from: no checkpoint file at {tmp_path}/runs/mnsit\n"
+                                                  r"  did you mean 'runs/mnist'\?$"):
+            apply_transfer({"init": {"from": "runs/mnsit"}}, model, resuming=resuming)
+    with pytest.raises(CheckpointError, match=rf"^init.from: no checkpoint file at {tmp_path}/rnus/mnist\n"
+                                              r"  did you mean 'runs'\?$"):
+        apply_transfer({"init": {"from": "rnus/mnist"}}, model)
+
+
 def test_a_misspelt_freeze_glob_is_one_error_with_did_you_mean_and_exit_2(run_main, tiny_mnist: Path,
                                                                            tmp_path: Path) -> None:
     result = run_main("train", *tiny_cli_args(tiny_mnist), "freeze=[encodr.*]", f"hydra.run.dir={tmp_path / 'run'}")
