@@ -35,7 +35,9 @@ from modelforge.train.checkpoints import (
     failure_record,
 )
 from modelforge.train.compiled import CompileCost
+from modelforge.train.confusion import ConfusionCounts, write_confusion_matrix
 from modelforge.train.console import quiet_third_party, run_log
+from modelforge.train.curves import write_learning_curves
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
 from modelforge.train.optim import build_optimizer
@@ -185,6 +187,8 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
             metrics.update(epochs=epochs, epochs_this_run=epochs - start_epoch,
                            global_step=trainer.global_step, status="finished", timings=phases.record())
             metrics.update(ended_by)
+            if run.config.get("curves") and trainer.is_global_zero:  # after training: never on its steps
+                metrics.update(write_learning_curves(run_dir, f"{run.config['model'].get('name')}  {run_dir}"))
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
             metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
@@ -247,13 +251,17 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     trainer_options = _eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {})
     trainer = build_trainer({**stored, "trainer": trainer_options, "hooks": None, "logger": None},
                             run_dir, plugins=plugins, for_eval=True)
+    confusion = ConfusionCounts(module.hparams.n_classes)  # from the test's own forward passes
+    trainer.callbacks.append(confusion)
     with ddp_run_scope(trainer):
         results = trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
+        drawn = write_confusion_matrix(confusion.counts, run_dir.absolute(), getattr(datamodule, "class_names", ()),
+                                       f"{stored['model'].get('name')}  test/acc {metrics.get('test/acc', 0):.4f}")
         write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"]),
                                                    "weights": averaging or "trained",
-                                                   "hooks": plain.get("hooks") or {}})
+                                                   "hooks": plain.get("hooks") or {}, **drawn})
         print(format_metrics({**metrics, "ckpt_path": str(plain["ckpt_path"])}, run_dir))
     return metrics
 

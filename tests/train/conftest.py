@@ -21,6 +21,7 @@ TINY = [
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
     "trainer.log_every_n_steps=1",
+    "curves=false",  # ~0.5 s a run to draw: the tests of the learning curves ask for them
 ]
 
 
