@@ -246,3 +246,19 @@ def test_cycle_momentum_true_without_a_momentum_says_what_to_set() -> None:
     sgd.step()
     scheduler.step()
     assert sgd.param_groups[0]["momentum"] == 0.9
+
+
+def test_param_groups_are_named_by_their_globs() -> None:
+    model = nn.Sequential(nn.Linear(2, 3), nn.LayerNorm(3), nn.Linear(3, 2))
+
+    def named(groups: dict | None, no_decay: bool = False) -> list[str | None]:
+        optim = {"_target_": "torch.optim.Adam", "param_groups": groups, "no_decay_norm_bias": no_decay}
+        return [g.get("name") for g in build_optimizer(model, optim).param_groups]
+
+    assert named(None) == [None]  # one group: Lightning logs it as lr-Adam
+    assert named({"0.*": {"lr_mult": 0.1}}) == ["0.*", "other"]
+    assert named({"0.*": {"lr_mult": 0.1}}, True) == ["0.*", "0.*/no_decay", "other", "other/no_decay"]
+    renamed = nn.Module()
+    renamed.other, renamed.rest = nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
+    groups = build_optimizer(renamed, {"_target_": "torch.optim.Adam", "param_groups": {"other": {}}}).param_groups
+    assert [g["name"] for g in groups] == ["other", "other (rest)"]

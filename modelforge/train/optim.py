@@ -108,6 +108,7 @@ def param_groups(model: nn.Module, defaults: Mapping[str, Any], groups: Mapping[
     chosen: dict[str, list[nn.Parameter]] = {glob: [] for glob in [*groups, ""]}
     for name, param in named:
         chosen[next((g for g in groups if fnmatch.fnmatchcase(name, g)), "")].append(param)
+    rest = REST_GROUP if REST_GROUP not in groups else f"{REST_GROUP} (rest)"  # names must differ (LearningRateMonitor)
     built = []
     for glob, params in chosen.items():
         if glob and not params:
@@ -115,8 +116,8 @@ def param_groups(model: nn.Module, defaults: Mapping[str, Any], groups: Mapping[
         settings = dict(groups.get(glob, {}))
         mult = settings.pop("lr_mult", 1.0)  # kept in the group: a schedule re-planned on resume reads it
         group = {"lr": defaults["lr"] * mult, "lr_mult": mult, **settings} if glob else {}
-        built += [{**group, "name": glob or REST_GROUP, "params": [p for p in params if id(p) not in no_decay]},
-                  {**group, "name": (glob or REST_GROUP) + NO_DECAY_SUFFIX, "weight_decay": 0.0,
+        built += [{**group, "name": glob or rest, "params": [p for p in params if id(p) not in no_decay]},
+                  {**group, "name": (glob or rest) + NO_DECAY_SUFFIX, "weight_decay": 0.0,
                    "params": [p for p in params if id(p) in no_decay]}]
     built = [g for g in built if g["params"]]
     if len(built) == 1:
