@@ -149,15 +149,32 @@ def _gpu(r: dict) -> list[str]:
     for x in r["rows"]:
         acc = f"{x['test_acc']:.4f}" if "test_acc" in x else ""
         train = f"{x['train_time_s']:.2f} s" if "train_time_s" in x else ""
+        if "syncs" in x:
+            acc = f"{x['syncs']} syncs in {x['steps_checked']} steps"
         jobs = "; ".join(f"{j['overrides']}: {j['status']}" + (f", test/acc {float(j['test_acc']):.4f}" if j["test_acc"] else "")
                          for j in x.get("jobs", []))
         rows.append(f"| {x['name']} | {x['exit']} | {acc or jobs} | {train} | {x['command_s']:.1f} s |")
-    failed = [x for x in r["rows"] if x["exit"] != 0]
-    notes = [f"Device: {r['device']} (`trainer.accelerator={r['accelerator']}`). Commands:", "",
-             *[f"- {x['name']}: `{x['command']}`" for x in r["rows"]]]
-    for x in failed:
-        notes += ["", f"{x['name']} exited {x['exit']}:", "", "```", x.get("error", ""), "```"]
-    return [*rows, "", *notes, *_host_syncs(r.get("host_syncs") or [])]
+    lines = [*rows, ""]
+    if r.get("ratios"):
+        lines += ["| recipe | precision | side | train_time_s | raw loop | ratio to raw |", "|---|---|---|---:|---:|---:|",
+                  *[f"| {q['recipe']} | {q['precision']} | {q['side']} | {q['train_time_s']:.2f} s | {q['raw_s']:.2f} s | "
+                    f"{q['ratio_to_raw']:.3f}x |" for q in r["ratios"]], ""]
+    if (run := r.get("speedrun")) and run.get("seeds"):
+        lines += [f"`experiment=speedrun`: {run['reached_0.990']} of {run['seeds']} seeds reach 0.990; train_time_s "
+                  f"{', '.join(f'{t:.2f}' for t in run['train_time_s'])}.", ""]
+    for x in r["rows"]:
+        if "timings" in x:
+            lines.append(f"- {x['name']}: whole command {x['command_s']:.1f} s; the run's timings: "
+                         + ", ".join(f"{k} {v}" for k, v in x["timings"].items())
+                         + (f"; compile {x['compile']}" if "compile" in x else ""))
+    lines += ["", f"Device: {r['device']} (`trainer.accelerator={r['accelerator']}`). Commands:", "",
+              *[f"- {x['name']}: `{x['command']}`" for x in r["rows"]]]
+    for x in r["rows"]:
+        if x["exit"] != 0:
+            lines += ["", f"{x['name']} exited {x['exit']}:", "", "```", x.get("error", ""), "```"]
+        if x.get("warnings"):
+            lines += ["", f"{x['name']} printed warnings:", "", "```", *x["warnings"], "```"]
+    return [*lines, *_host_syncs(r.get("host_syncs") or [])]
 
 
 def _host_syncs(checks: list[dict]) -> list[str]:

@@ -324,7 +324,8 @@ def time_to_99(args: argparse.Namespace) -> dict:
 def gpu(args: argparse.Namespace) -> dict:
     from bench_gpu import measure
 
-    return measure(args.data_dir, _env(), accelerator=args.accelerator, train_batches=args.train_batches)
+    groups = args.gpu_rows.split(",") if args.gpu_rows else None
+    return measure(args.data_dir, _env(), accelerator=args.accelerator, train_batches=args.train_batches, groups=groups)
 
 
 def main() -> None:
@@ -338,6 +339,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--accelerator", default="gpu", help="gpu: the accelerator of the gpu section "
                         "(cpu with --train-batches 2 checks the section's plumbing)")
+    parser.add_argument("--gpu-rows", default=None, help="gpu: only these row groups, comma-separated (loop, compile, "
+                        "speedrun, main, ddp, sweep, syncs)")
     parser.add_argument("--note", default="", help="conditions to record with the figures (e.g. 'idle machine')")
     parser.add_argument("--data-dir", default=os.environ.get("MODELFORGE_DATA"),
                         help="MNIST folder (default: $MODELFORGE_DATA, else modelforge's default)")

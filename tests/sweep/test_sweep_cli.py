@@ -121,4 +121,4 @@ def test_every_experiment_runs(sweep, tmp_path: Path) -> None:
     result = sweep("experiment=glob(*)", "trainer.fast_dev_run=true")
     assert result.returncode == 0, result.stderr[-2000:]
     rows = read_summary(tmp_path / "sweep")
-    assert sorted(r["overrides"] for r in rows) == [f"experiment={n}" for n in ("activations", "enc_sizes", "fast", "seed_cnn")]
+    assert sorted(r["overrides"] for r in rows) == [f"experiment={n}" for n in ("activations", "enc_sizes", "fast", "seed_cnn", "speedrun")]

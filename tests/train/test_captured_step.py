@@ -130,3 +130,16 @@ def test_on_a_gpu_the_captured_run_trains_as_the_eager_run(run_main, tiny_mnist:
     assert captured["test/acc"] == pytest.approx(eager["test/acc"], abs=0.05)
     assert captured["test/loss"] == pytest.approx(eager["test/loss"], rel=0.05)
     assert "captured in a CUDA graph" in (tmp_path / "captured" / "train.log").read_text()
+
+
+def test_the_speedrun_recipe_is_the_fast_recipe_at_batch_128_with_the_step_captured() -> None:
+    from hydra import compose, initialize_config_dir
+
+    from modelforge.config import conf_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg, fast = (compose("train", overrides=[f"experiment={name}"]) for name in ("speedrun", "fast"))
+    assert cfg.cuda_graph is True and cfg.data.batch_size == 128 and cfg.optim.lr == 2e-2
+    assert cfg.trainer.max_epochs == 1 and cfg.trainer.num_sanity_val_steps == 0
+    assert (cfg.model, cfg.label_smoothing, cfg.sched, cfg.optim.weight_decay) == (
+        fast.model, fast.label_smoothing, fast.sched, fast.optim.weight_decay)
