@@ -9,8 +9,10 @@ from __future__ import annotations
 import csv
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from modelforge.files.atomic import write_with
 
@@ -81,9 +83,22 @@ def _epoch_axis(epoch_ends: dict[int, int]) -> tuple[list[float], list[float]] |
     return (steps, epochs) if len(steps) > 1 else None
 
 
+def _linear(xs: list[float], ys: list[float]) -> Callable[[Any], Any]:
+    """Piecewise-linear through (xs, ys), rising, and on past both ends along the end pieces: a secondary axis
+    needs a mapping it can invert over the whole plot, margins included (np.interp alone is flat there)."""
+    import numpy as np
+
+    def mapped(x: Any) -> Any:
+        x = np.asarray(x, dtype=float)
+        low = ys[0] + (x - xs[0]) * (ys[1] - ys[0]) / (xs[1] - xs[0])
+        high = ys[-1] + (x - xs[-1]) * (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return np.where(x < xs[0], low, np.where(x > xs[-1], high, np.interp(x, xs, ys)))
+
+    return mapped
+
+
 def draw_learning_curves(logged: Logged, path: Path, title: str = "") -> Path:
     """Write ``logged``'s curves to ``path`` (a PNG, atomically); returns ``path``."""
-    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -109,8 +124,7 @@ def draw_learning_curves(logged: Logged, path: Path, title: str = "") -> Path:
             ax.legend(fontsize=7)
         if axis is not None:
             steps, epochs = axis
-            top = ax.secondary_xaxis("top", functions=(lambda x: np.interp(x, steps, epochs),
-                                                       lambda e: np.interp(e, epochs, steps)))
+            top = ax.secondary_xaxis("top", functions=(_linear(steps, epochs), _linear(epochs, steps)))
             top.set_xlabel("epoch")
     if title:
         fig.suptitle(title, fontsize=9)
