@@ -108,3 +108,13 @@ def test_eval_prints_the_accuracy_and_draws_the_confusion_matrix(two_epochs: Pat
     picture = tmp_path / "eval" / "confusion_matrix.png"
     assert picture.read_bytes()[:8] == PNG and record["confusion_matrix_png"] == str(picture)
     assert f"confusion matrix: {picture} ({right} of 64 test images right)" in caplog.text
+
+
+def test_the_epoch_axis_maps_steps_to_epochs_past_its_ends_too() -> None:
+    from modelforge.train.curves import _epoch_axis, _linear
+
+    assert _epoch_axis({0: 4, 1: 8}) == ([0.0, 4.0, 8.0], [0.0, 1.0, 2.0])
+    assert _epoch_axis({2: 30, 3: 40}) == ([20.0, 30.0, 40.0], [2.0, 3.0, 4.0])  # a resumed run: from epoch 3's start
+    assert _epoch_axis({}) is None
+    to_epoch = _linear([0.0, 4.0, 8.0], [0.0, 1.0, 2.0])
+    assert list(to_epoch([2.0, 8.0, 10.0, -2.0])) == [0.5, 2.0, 2.5, -0.5]  # the plot's margins, not flat
