@@ -69,6 +69,9 @@ class _RankZeroInfo(logging.Filter):
 # (logger, text) of library lines that repeat what modelforge says: EarlyStopping(verbose=True) logs why it stops,
 # which the run's "early stopping: stopped after epoch N ..." line says too (its "improved" lines stay).
 _REPEATED = (("pytorch_lightning.callbacks.early_stopping", "Signaling Trainer to stop"),)
+# Lines kept from the console only: each DDP rank's "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" (the
+# device line says x2); a rank's log file keeps it, where it tells the ranks' files apart.
+_NOT_ON_CONSOLE = "Initializing distributed"
 
 
 def quiet_third_party() -> None:
@@ -89,14 +92,18 @@ def quiet_third_party() -> None:
             logger.removeFilter(old)
         if not verbose():
             logger.addFilter(_DropLines(text))
-    _rank_zero_only(logging.getLogger().handlers)
+    _quiet_console(logging.getLogger().handlers)
 
 
-def _rank_zero_only(handlers: list[logging.Handler]) -> None:
-    if global_rank() != 0:
-        for handler in (h for h in handlers if not isinstance(h, logging.FileHandler)):
-            if not any(isinstance(f, _RankZeroInfo) for f in handler.filters):
-                handler.addFilter(_RankZeroInfo())
+def _quiet_console(handlers: list[logging.Handler]) -> None:
+    """On the console handlers (not the log files): rank 0's INFO lines only, and not the lines it need not show."""
+    for handler in (h for h in handlers if not isinstance(h, logging.FileHandler)):
+        for old in [f for f in handler.filters if isinstance(f, (_RankZeroInfo, _DropLines))]:
+            handler.removeFilter(old)
+        if global_rank() != 0:
+            handler.addFilter(_RankZeroInfo())
+        if not verbose():
+            handler.addFilter(_DropLines(_NOT_ON_CONSOLE))
 
 
 @contextlib.contextmanager
@@ -108,7 +115,7 @@ def run_log(log_file: Path) -> Iterator[None]:
     for handler in handlers:
         handler.setFormatter(logging.Formatter(_job_logging()["formatters"]["simple"]["format"]))
         root.addHandler(handler)
-    _rank_zero_only(handlers)
+    _quiet_console(handlers)
     root.setLevel(min(saved_level, logging.INFO))
     try:
         yield

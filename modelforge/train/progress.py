@@ -80,9 +80,12 @@ class LineProgress(_EpochLine, ProgressBar):
     epoch, ``trainer.limit_train_batches=20``, is not a line per step), and at least every ``every_s`` seconds;
     with the step, the latest loss (the training step's output), throughput and the time left."""
 
-    def __init__(self, lines_per_epoch: int = 20, every_s: float = 30.0, min_steps: int = 5) -> None:
+    MIN_STEPS = 5  # a 20-batch epoch prints 3 lines, not 19
+
+    def __init__(self, lines_per_epoch: int = 20, every_s: float = 30.0, min_steps: int | None = None) -> None:
         super().__init__()
-        self.lines_per_epoch, self.every_s, self.min_steps, self._enabled = lines_per_epoch, every_s, min_steps, True
+        self.lines_per_epoch, self.every_s, self._enabled = lines_per_epoch, every_s, True
+        self.min_steps = self.MIN_STEPS if min_steps is None else min_steps
 
     @property
     def is_enabled(self) -> bool:

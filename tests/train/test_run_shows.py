@@ -138,3 +138,21 @@ def test_on_a_ddp_rank_other_than_0_the_console_shows_warnings_only(monkeypatch:
     own_file.close()
     assert seen == ["a rank's own warning"]
     assert "model cnn" in (tmp_path / "rank1.log").read_text()  # the rank's own log file keeps everything
+
+
+def test_lightnings_initializing_distributed_stays_in_the_log_file(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    root = logging.getLogger()
+    console, own_file = logging.StreamHandler(), logging.FileHandler(tmp_path / "train.log")
+    seen: list[str] = []
+    console.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    monkeypatch.setattr(root, "handlers", [console, own_file])
+    monkeypatch.delenv("LOCAL_RANK", raising=False)  # rank 0
+    quiet_third_party()
+    log = logging.getLogger("lightning_fabric.utilities.distributed")
+    monkeypatch.setattr(log, "level", logging.INFO)
+    log.info("Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2")
+    logging.getLogger("modelforge.train.run").warning("rank 0's own line")
+    own_file.close()
+    assert seen == ["rank 0's own line"]
+    assert "GLOBAL_RANK: 0, MEMBER: 1/2" in (tmp_path / "train.log").read_text()
