@@ -266,6 +266,7 @@ class TrainConfig:
     # stand alone, a union OmegaConf 2.3 cannot type (transfer.py checks it).
     freeze: Any = dataclasses.field(default_factory=list)
     freeze_bn: bool = True  # norm layers wholly inside `freeze` stay in eval mode: running statistics frozen too
+    curves: bool = True  # draw RUN/learning_curves.png from logs/metrics.csv once the run has trained
 
 
 ConfigStore.instance().store(name="train_schema", node=TrainConfig, provider="modelforge")  # on import, as models'

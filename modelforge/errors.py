@@ -7,6 +7,7 @@ import re
 import signal
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
@@ -21,6 +22,20 @@ def closest_globs(pattern: str, names: Iterable[str], n: int = 1) -> list[str]:
     names = [str(name) for name in names]
     modules = sorted({".".join(parts[:i]) for parts in (name.split(".") for name in names) for i in range(1, len(parts))})
     return closest_names(pattern, [*modules, *(f"{m}.*" for m in modules), *names], n=n)
+
+
+def closest_paths(path: str | Path) -> list[str]:
+    """What a path that does not exist may have meant: the entry of its folder (the nearest that exists) whose name
+    looks most like the missing part, written as ``path`` was (``runs/mnsit`` -> ``runs/mnist``)."""
+    given = Path(path).expanduser()
+    parent, missing = given.parent, given.name
+    while not parent.is_dir() and parent != parent.parent:
+        parent, missing = parent.parent, parent.name
+    try:
+        names = [entry.name for entry in parent.iterdir()]
+    except OSError:
+        return []
+    return [str(parent / name) for name in closest_names(missing, names)]
 
 
 class ModelforgeError(Exception):

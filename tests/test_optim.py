@@ -205,3 +205,60 @@ def test_a_fully_frozen_model_is_one_error():
     model = nn.Linear(2, 2).requires_grad_(False)
     with pytest.raises(ConfigError, match="every parameter of the model is frozen"):
         build_optimizer(model, {"_target_": "torch.optim.SGD", "lr": 0.1})
+
+
+ONECYCLE = {"_target_": "modelforge.train.optim.onecycle"}
+TORCH_OPTIMIZERS = sorted(name for name, cls in vars(torch.optim).items()
+                          if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)
+                          and cls is not torch.optim.Optimizer)
+
+
+@pytest.mark.parametrize("name", TORCH_OPTIMIZERS)
+def test_the_default_schedule_takes_every_torch_optimizer(name: str) -> None:
+    validate_optim({"_target_": f"torch.optim.{name}"}, ONECYCLE)  # Adagrad: torch's cycle_momentum refused it
+
+
+@pytest.mark.parametrize(("optim", "cycled"), [
+    ({"_target_": "torch.optim.Adam"}, "betas"),
+    ({"_target_": "torch.optim.SGD", "lr": 0.1, "momentum": 0.9}, "momentum"),
+    ({"_target_": "torch.optim.SGD", "lr": 0.1}, None),  # momentum 0: the schedule gives it none
+    ({"_target_": "torch.optim.Adagrad", "lr_decay": 1e-4}, None),
+])
+def test_onecycle_cycles_the_momentum_only_where_the_optimizer_has_one(optim: dict, cycled: str | None) -> None:
+    optimizer = build_optimizer(nn.Linear(2, 2), optim)
+    scheduler = build_scheduler(optimizer, ONECYCLE, total_steps=20, lr=optimizer.defaults["lr"])
+    group = optimizer.param_groups[0]
+    before = {k: group.get(k) for k in ("momentum", "betas")}
+    for _ in range(10):
+        optimizer.step()
+        scheduler.step()
+    moved = [k for k in ("momentum", "betas") if group.get(k) != before[k]]
+    assert moved == ([cycled] if cycled else [])
+    assert scheduler.cycle_momentum is (cycled is not None)
+
+
+def test_cycle_momentum_true_without_a_momentum_says_what_to_set() -> None:
+    with pytest.raises(ConfigError, match=r"sched.cycle_momentum: Adagrad has no momentum or betas to cycle\n"
+                                          r"  hint: sched.cycle_momentum=false"):
+        validate_optim({"_target_": "torch.optim.Adagrad"}, {**ONECYCLE, "cycle_momentum": True})
+    sgd = build_optimizer(nn.Linear(2, 2), {"_target_": "torch.optim.SGD", "lr": 0.1, "momentum": 0.9})
+    scheduler = build_scheduler(sgd, {**ONECYCLE, "cycle_momentum": False}, total_steps=20, lr=0.1)
+    sgd.step()
+    scheduler.step()
+    assert sgd.param_groups[0]["momentum"] == 0.9
+
+
+def test_param_groups_are_named_by_their_globs() -> None:
+    model = nn.Sequential(nn.Linear(2, 3), nn.LayerNorm(3), nn.Linear(3, 2))
+
+    def named(groups: dict | None, no_decay: bool = False) -> list[str | None]:
+        optim = {"_target_": "torch.optim.Adam", "param_groups": groups, "no_decay_norm_bias": no_decay}
+        return [g.get("name") for g in build_optimizer(model, optim).param_groups]
+
+    assert named(None) == [None]  # one group: Lightning logs it as lr-Adam
+    assert named({"0.*": {"lr_mult": 0.1}}) == ["0.*", "other"]
+    assert named({"0.*": {"lr_mult": 0.1}}, True) == ["0.*", "0.*/no_decay", "other", "other/no_decay"]
+    renamed = nn.Module()
+    renamed.other, renamed.rest = nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
+    groups = build_optimizer(renamed, {"_target_": "torch.optim.Adam", "param_groups": {"other": {}}}).param_groups
+    assert [g["name"] for g in groups] == ["other", "other (rest)"]

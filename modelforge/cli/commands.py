@@ -55,7 +55,7 @@ def summary_task(cfg: DictConfig) -> None:
           sep="\n\n")
     if options.get("graph"):  # summary.graph=model.svg: the module graph, skips drawn as arcs
         drawn = model_graph.draw_model_graph(model, model.input_shape, options["graph"], title=label)
-        print(f"module graph written to {drawn}")
+        print(f"module graph written to {Path(drawn).absolute()}")
 
 
 # eval: the checkpoint's model, tested; export: a checkpoint written and checked against the eager model;

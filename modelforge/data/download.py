@@ -17,6 +17,7 @@ from modelforge.errors import DataError
 
 # Where a distribution's package installs a data set (Debian: apt-get install dataset-fashion-mnist).
 SYSTEM_DIRS = {"fashion_mnist": Path("/usr/share/datasets/fashion-mnist")}
+SYSTEM_PACKAGES = {"fashion_mnist": "dataset-fashion-mnist"}  # the Debian/Ubuntu package that installs them there
 
 
 def resolve_data_dir(data_dir: str | Path | None = None, name: str = "mnist") -> Path:
@@ -65,6 +66,10 @@ def ensure_files(root: Path, dataset: IdxDataset | None, *, download: bool = Tru
     env = " (or MODELFORGE_DATA)" if dataset is not None and dataset.name == "mnist" else ""
     lines.append(f"  hint: put {', '.join(n + '.gz' for n in missing)}{source} (or their uncompressed copies) "
                  f"into that folder, or point data.data_dir=/path/to/them{env} at a folder that holds them")
+    if dataset is not None and (package := SYSTEM_PACKAGES.get(dataset.name)):  # a way without a network
+        lines.append(f"    or, offline, install Debian/Ubuntu's package: apt-get install {package} (from the "
+                     f"distribution's mirror), which puts them in {SYSTEM_DIRS[dataset.name]}, read when "
+                     "data.data_dir is unset")
     raise DataError("\n".join(lines))
 
 

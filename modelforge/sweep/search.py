@@ -237,7 +237,7 @@ class OptunaSearch:
                      ", ".join(str(s["trial"]) for s in solutions))
         write_yaml(self.sweep_dir / RESULTS_FILE, results)
         if pictures := plot_study(study, settings.objectives, self.sweep_dir):
-            log.info("plots: %s", ", ".join(p.name for p in pictures))
+            log.info("plots: %s", ", ".join(str(p.absolute()) for p in pictures))
 
 
 def _check_stored_space(study: optuna.Study, space: Mapping[str, Any]) -> None:

@@ -121,7 +121,8 @@ def early_stop_summary(trainer: pl.Trainer) -> dict[str, Any]:
     for callback in trainer.early_stopping_callbacks:
         if callback.stopped_epoch > 0 or trainer.should_stop and callback.stopping_reason_message:
             return {"stopped_by": "early stopping", "stopped_early_epoch": callback.stopped_epoch + 1,
-                    "stopped_early_reason": " ".join((callback.stopping_reason_message or "").split())}
+                    "stopped_early_reason": " ".join((callback.stopping_reason_message or "").split())
+                    .removesuffix(" Signaling Trainer to stop.")}  # Lightning's words to itself
     for callback in trainer.callbacks:
         remaining = callback.time_remaining() if isinstance(callback, Timer) else None
         if remaining is not None and remaining <= 0:

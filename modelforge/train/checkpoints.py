@@ -79,6 +79,13 @@ class EpochCheckpoint(ModelCheckpoint):
     def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
         return None  # no per-step saving to check
 
+    def _monitor_candidates(self, trainer: pl.Trainer) -> dict[str, torch.Tensor]:
+        # What {epoch} in a file name reads: counted from 1, as the run's lines count ("epoch 1/1": best-epoch01).
+        candidates = super()._monitor_candidates(trainer)
+        if "epoch" not in trainer.callback_metrics:  # an epoch the module logged itself is left as it is
+            candidates["epoch"] = torch.tensor(trainer.current_epoch + 1)
+        return candidates
+
 
 class RunCheckpoints(EpochCheckpoint):
     """The run's resume points: ``DIR/last.ckpt`` after every epoch and when fit ends (``fast_dev_run`` included), and

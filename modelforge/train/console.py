@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from modelforge.train.launch import global_rank
+
 _WARNINGS = (  # (message, module) of warnings that no option prevents
     # Lightning 2.6 calls a pytree API that torch 2.13 deprecates.
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"(pytorch_lightning|torch)\."),
@@ -24,6 +26,9 @@ _WARNINGS = (  # (message, module) of warnings that no option prevents
     # trainer.accelerator=cpu on a GPU machine is a choice (eval tests on the device a run trained on);
     # the run's own "device:" line says where it runs.
     (r"GPU available but not used", r"pytorch_lightning\."),
+    # callbacks=[swa] over a schedule stepped every batch (the default one-cycle): SWA replaces it, as the run's
+    # own "callbacks.swa: ..." line says.
+    (r"SWA is currently only supported every epoch", r"pytorch_lightning\.callbacks\.stochastic_weight_avg"),
 )
 
 # sys.stdout at each write (run.yaml's console stream): a Rich bar redirects it while drawing, to print lines above itself.
@@ -42,9 +47,37 @@ def _job_logging() -> dict[str, Any]:
     return yaml.safe_load((conf_dir() / "hydra" / "job_logging" / "run.yaml").read_text())
 
 
+class _DropLines(logging.Filter):
+    """Drops the records whose message contains ``text``: a line modelforge says in its own words."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+class _RankZeroInfo(logging.Filter):
+    """Under DDP, every rank runs the whole command: on the console, INFO lines (the model, the device, ...) come
+    from rank 0 only; the other ranks' warnings and errors still show, and their own log files keep everything."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO
+
+
+# (logger, text) of library lines that repeat what modelforge says: EarlyStopping(verbose=True) logs why it stops,
+# which the run's "early stopping: stopped after epoch N ..." line says too (its "improved" lines stay).
+_REPEATED = (("pytorch_lightning.callbacks.early_stopping", "Signaling Trainer to stop"),)
+# Lines kept from the console only: each DDP rank's "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" (the
+# device line says x2); a rank's log file keeps it, where it tells the ranks' files apart.
+_NOT_ON_CONSOLE = "Initializing distributed"
+
+
 def quiet_third_party() -> None:
     """Library loggers at run.yaml's levels (at the root's when verbose: ``hydra.verbose=true`` lowers
-    only the root's); Lightning's through the run's handlers; warnings no option prevents ignored."""
+    only the root's); Lightning's through the run's handlers; warnings no option prevents ignored, lines that repeat
+    the run's own dropped; on a DDP rank other than 0, INFO lines held back."""
     for name, spec in _job_logging()["loggers"].items():
         logging.getLogger(name).setLevel(logging.NOTSET if verbose() else spec["level"])
     for name in ("lightning_fabric", "pytorch_lightning"):
@@ -53,6 +86,24 @@ def quiet_third_party() -> None:
             logger.handlers, logger.propagate = [], True
     for message, module in () if verbose() else _WARNINGS:
         warnings.filterwarnings("ignore", message=message, module=module)
+    for name, text in _REPEATED:
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, _DropLines)]:
+            logger.removeFilter(old)
+        if not verbose():
+            logger.addFilter(_DropLines(text))
+    _quiet_console(logging.getLogger().handlers)
+
+
+def _quiet_console(handlers: list[logging.Handler]) -> None:
+    """On the console handlers (not the log files): rank 0's INFO lines only, and not the lines it need not show."""
+    for handler in (h for h in handlers if not isinstance(h, logging.FileHandler)):
+        for old in [f for f in handler.filters if isinstance(f, (_RankZeroInfo, _DropLines))]:
+            handler.removeFilter(old)
+        if global_rank() != 0:
+            handler.addFilter(_RankZeroInfo())
+        if not verbose():
+            handler.addFilter(_DropLines(_NOT_ON_CONSOLE))
 
 
 @contextlib.contextmanager
@@ -64,6 +115,7 @@ def run_log(log_file: Path) -> Iterator[None]:
     for handler in handlers:
         handler.setFormatter(logging.Formatter(_job_logging()["formatters"]["simple"]["format"]))
         root.addHandler(handler)
+    _quiet_console(handlers)
     root.setLevel(min(saved_level, logging.INFO))
     try:
         yield

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from modelforge.train.averaging import training_epochs
 from modelforge.train.captured_step import WARMUP_STEPS, CapturedStep, StepSpec
 from modelforge.train.checkpoints import ResumeState
 from modelforge.train.compiled import compile_for_training, eagerly
@@ -288,7 +289,9 @@ def schedule_end_step(trainer: pl.Trainer, sched_cfg: Any) -> int:
 def fit_end_step(trainer: pl.Trainer) -> int:
     """The global step this fit ends at; a resumed run counts on from its checkpoint's step."""
     total = max(int(trainer.estimated_stepping_batches), 1)
-    if not trainer.global_step or not math.isfinite(trainer.num_training_batches):
+    max_epochs = training_epochs(trainer)  # without the pass callbacks=[swa] adds, which takes no step
+    fresh = not trainer.global_step and max_epochs == trainer.max_epochs
+    if fresh or not math.isfinite(trainer.num_training_batches):
         return total
     per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
     progress = trainer.fit_loop.epoch_loop.batch_progress  # a mid-epoch checkpoint resumes mid-epoch
@@ -299,8 +302,8 @@ def fit_end_step(trainer: pl.Trainer) -> int:
     # (trainer.limit_train_batches lowered), Lightning still runs one before it sees the epoch is over.
     left_this_epoch = per_epoch - done if done <= per_epoch else 1
     end = math.inf
-    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
-        epochs = max(trainer.max_epochs - trainer.current_epoch, 0)
+    if max_epochs is not None and max_epochs >= 0:
+        epochs = max(max_epochs - trainer.current_epoch, 0)
         end = trainer.global_step + (left_this_epoch + (epochs - 1) * per_epoch if epochs else 0)
     if trainer.max_steps != -1:
         end = min(end, trainer.max_steps)

@@ -91,29 +91,70 @@ def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any
     return cls, options, no_decay, groups
 
 
+REST_GROUP = "other"  # the name of the group of parameters no glob of optim.param_groups chose
+NO_DECAY_SUFFIX = "/no_decay"  # a group's norm-layer parameters and biases, with optim.no_decay_norm_bias
+
+
 def param_groups(model: nn.Module, defaults: Mapping[str, Any], groups: Mapping[str, Mapping[str, float]] = {},
                  no_decay_norm_bias: bool = False) -> list[dict[str, Any]]:
     """The trainable parameters (frozen ones are left out) in torch's param groups: one per glob of
     ``groups`` (first match wins; ``lr_mult`` scales the lr), the rest in a last one; with
-    ``no_decay_norm_bias``, each split again with norm-layer parameters and biases at weight decay 0."""
+    ``no_decay_norm_bias``, each split again with norm-layer parameters and biases at weight decay 0.
+    Where there are several, each group has a ``name`` (its glob, ``other``, ``.../no_decay``): Lightning's
+    LearningRateMonitor logs them under it (``lr-Adam/encoder.*``), and the run's log line names them so."""
     no_decay = {id(p) for m in model.modules() for pname, p in m.named_parameters(recurse=False)
                 if isinstance(m, _NORM_TYPES) or pname.endswith("bias")} if no_decay_norm_bias else set()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     chosen: dict[str, list[nn.Parameter]] = {glob: [] for glob in [*groups, ""]}
     for name, param in named:
         chosen[next((g for g in groups if fnmatch.fnmatchcase(name, g)), "")].append(param)
+    rest = REST_GROUP if REST_GROUP not in groups else f"{REST_GROUP} (rest)"  # names must differ (LearningRateMonitor)
     built = []
     for glob, params in chosen.items():
         if glob and not params:
-            raise ConfigError(f"optim.param_groups.{glob}", "matches no trainable parameter",
-                              suggestions=closest_globs(glob, [n for n, _ in named]),
-                              hint="parameter names as in model.named_parameters(), e.g. encoder.0.*")
+            _refuse_empty_group(model, glob, [n for n, _ in named])
         settings = dict(groups.get(glob, {}))
         mult = settings.pop("lr_mult", 1.0)  # kept in the group: a schedule re-planned on resume reads it
         group = {"lr": defaults["lr"] * mult, "lr_mult": mult, **settings} if glob else {}
-        built += [{**group, "params": [p for p in params if id(p) not in no_decay]},
-                  {**group, "params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
-    return [g for g in built if g["params"]]
+        built += [{**group, "name": glob or rest, "params": [p for p in params if id(p) not in no_decay]},
+                  {**group, "name": (glob or rest) + NO_DECAY_SUFFIX, "weight_decay": 0.0,
+                   "params": [p for p in params if id(p) in no_decay]}]
+    built = [g for g in built if g["params"]]
+    if len(built) == 1:
+        del built[0]["name"]  # one group: Lightning logs it as lr-Adam, as ever
+    return built
+
+
+def _refuse_empty_group(model: nn.Module, glob: str, trainable: list[str]) -> None:
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad and fnmatch.fnmatchcase(n, glob)]
+    if frozen:
+        raise ConfigError(f"optim.param_groups.{glob}", f"matches only frozen parameters ({len(frozen)} tensors: "
+                          f"{', '.join(frozen[:3])}{', ...' if len(frozen) > 3 else ''}): freeze keeps them as they "
+                          "are, so no optimizer group holds them",
+                          hint=f"leave {glob} out of optim.param_groups, or out of freeze to train it at its lr_mult")
+    raise ConfigError(f"optim.param_groups.{glob}", "matches no trainable parameter",
+                      suggestions=closest_globs(glob, trainable),
+                      hint="parameter names as in model.named_parameters(), e.g. encoder.0.*")
+
+
+def describe_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """For metrics.json and the log: each named param group's lr, lr_mult, weight decay and size
+    ([] when the optimizer has one group, as without ``optim.param_groups`` and ``no_decay_norm_bias``)."""
+    if len(optimizer.param_groups) < 2:
+        return []
+    return [{"name": g.get("name", f"pg{i}"), "lr": g["lr"], "lr_mult": g.get("lr_mult", 1.0),
+             "weight_decay": g.get("weight_decay"), "tensors": len(g["params"]),
+             "params": sum(p.numel() for p in g["params"])} for i, g in enumerate(optimizer.param_groups, 1)]
+
+
+def group_line(groups: list[dict[str, Any]]) -> str | None:
+    """One log line of :func:`describe_groups`' groups (None for one group)."""
+    if not groups:
+        return None
+    parts = [f"{g['name']} lr {g['lr']:g}" + (f" (lr_mult {g['lr_mult']:g})" if g["lr_mult"] != 1 else "")
+             + (f" weight_decay {g['weight_decay']:g}" if g.get("weight_decay") is not None else "")
+             + f": {g['tensors']} tensors, {g['params']:,} params" for g in groups]
+    return "optimizer groups: " + "; ".join(parts)
 
 
 def build_optimizer(model: nn.Module, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
@@ -135,12 +176,26 @@ def constant(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, last
     """Constant learning rate."""
 
 
+def has_momentum(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` uses a momentum one-cycle can move: betas (Adam's family) or a momentum above 0
+    (SGD, RMSprop). Cycling a momentum of 0 would give the optimizer one that its config left out."""
+    return "betas" in optimizer.defaults or bool(optimizer.defaults.get("momentum"))
+
+
 def onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_lr_factor: float = 1.0,
-              pct_start: float = 0.25, last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
-    """One-cycle: warm up to lr * max_lr_factor (1: optim.lr is the peak), then anneal (OneCycleLR), every batch."""
+              pct_start: float = 0.25, cycle_momentum: bool | None = None,
+              last_step: int = -1) -> _LR_SCHEDULER.LRScheduler:
+    """One-cycle: warm up to lr * max_lr_factor (1: optim.lr is the peak), then anneal (OneCycleLR), every batch.
+    The momentum (beta1) cycles inversely, 0.95 to 0.85 and back, where the optimizer has one (``cycle_momentum``
+    null); Adagrad, Adadelta and the like keep theirs as they are."""
     require_positive(max_lr_factor, "sched.max_lr_factor")
     if not 0.0 < pct_start < 1.0:
         raise ConfigError("sched.pct_start", f"must be in (0, 1), got {pct_start}")
+    if cycle_momentum is None:
+        cycle_momentum = has_momentum(optimizer)
+    elif cycle_momentum and not {"momentum", "betas"} & set(optimizer.defaults):
+        raise ConfigError("sched.cycle_momentum", f"{type(optimizer).__name__} has no momentum or betas to cycle",
+                          hint="sched.cycle_momentum=false, or null: cycled where the optimizer has a momentum")
     # OneCycleLR divides by zero when the warm-up phase is under two steps (tiny smoke runs):
     # plan at least that many; a run that stops earlier just never finishes the cycle.
     planned = max(total_steps, math.ceil(2 / pct_start) + 1)
@@ -149,7 +204,8 @@ def onecycle(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, max_
         for group, peak in zip(optimizer.param_groups, peaks):
             group.update(max_lr=peak, initial_lr=peak / ONECYCLE_DIV, min_lr=peak / ONECYCLE_DIV / ONECYCLE_FINAL_DIV)
     return _LR_SCHEDULER.OneCycleLR(optimizer, max_lr=peaks, total_steps=planned, pct_start=pct_start,
-                                    div_factor=ONECYCLE_DIV, final_div_factor=ONECYCLE_FINAL_DIV, last_epoch=last_step)
+                                    cycle_momentum=cycle_momentum, div_factor=ONECYCLE_DIV,
+                                    final_div_factor=ONECYCLE_FINAL_DIV, last_epoch=last_step)
 
 
 def cosine(optimizer: torch.optim.Optimizer, total_steps: int, lr: float, min_lr: float = 0.0,
@@ -231,7 +287,7 @@ def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | 
     _sched_options(sched_cfg)
     key = "optim"
     if model is None:  # 2-D: some optimizers (Muon) take matrices only
-        model, optim_cfg = nn.Linear(2, 2), {**optim_cfg, "param_groups": None}
+        model, optim_cfg = nn.Linear(2, 2, bias=False), {**optim_cfg, "param_groups": None}
     try:
         optimizer = build_optimizer(model, optim_cfg)
         key = "sched"
@@ -239,7 +295,9 @@ def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | 
     except ConfigError:
         raise
     except (ValueError, TypeError, RuntimeError) as exc:
-        raise ConfigError(key, f"torch refused these options: {exc}") from None
+        raise ConfigError(key, f"torch refused these options: {exc}",
+                          hint="sched=none trains at a constant optim.lr with any optimizer" if key == "sched" else None
+                          ) from None
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Mapping[str, Any] | None, total_steps: int,

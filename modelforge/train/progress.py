@@ -15,6 +15,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, RichProgressBar
 from pytorch_lightning.utilities.data import extract_batch_size
 
+from modelforge.train.averaging import in_batch_norm_pass, training_epochs
 from modelforge.train.module import fit_end_step
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,11 @@ class RichBar(_EpochLine, RichProgressBar):
     _next_read = 0.0
     _shown: dict[str, float] | None = None
 
+    def _get_train_description(self, current_epoch: int) -> str:
+        # Lightning's says "Epoch 0/2" for the first of 3: the run's own numbering instead ("Epoch 1/3").
+        description = _epoch(self.trainer).capitalize()
+        return f"{description:{len(self.validation_description)}}"  # as Lightning pads it: no flicker
+
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         now, loss = time.monotonic(), getattr(pl_module, "last_step_loss", None)
         last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch  # the epoch's final figure
@@ -70,12 +76,16 @@ class RichBar(_EpochLine, RichProgressBar):
 
 
 class LineProgress(_EpochLine, ProgressBar):
-    """A log line every ``1/lines_per_epoch`` of an epoch and at least every ``every_s`` seconds,
+    """A log line every ``1/lines_per_epoch`` of an epoch but no oftener than every ``min_steps`` steps (a short
+    epoch, ``trainer.limit_train_batches=20``, is not a line per step), and at least every ``every_s`` seconds;
     with the step, the latest loss (the training step's output), throughput and the time left."""
 
-    def __init__(self, lines_per_epoch: int = 20, every_s: float = 30.0) -> None:
+    MIN_STEPS = 5  # a 20-batch epoch prints 3 lines, not 19
+
+    def __init__(self, lines_per_epoch: int = 20, every_s: float = 30.0, min_steps: int | None = None) -> None:
         super().__init__()
         self.lines_per_epoch, self.every_s, self._enabled = lines_per_epoch, every_s, True
+        self.min_steps = self.MIN_STEPS if min_steps is None else min_steps
 
     @property
     def is_enabled(self) -> bool:
@@ -96,7 +106,7 @@ class LineProgress(_EpochLine, ProgressBar):
                            batch: Any, batch_idx: int) -> None:
         self._samples += extract_batch_size(batch)
         done, total, now = batch_idx + 1, self.total_train_batches, time.monotonic()
-        every = max(1, int(total) // self.lines_per_epoch) if math.isfinite(total) else 100
+        every = max(self.min_steps, int(total) // self.lines_per_epoch) if math.isfinite(total) else 100
         if not self._enabled or done == total or (done % every and now - self._last_line < self.every_s):
             return  # at the epoch's last batch, the epoch line follows
         self._last_line = now
@@ -111,7 +121,10 @@ class LineProgress(_EpochLine, ProgressBar):
 
 
 def _epoch(trainer: pl.Trainer) -> str:
-    last = trainer.max_epochs or -1  # -1, None: no limit
+    """``epoch N/M``, counted from 1 as everywhere in a run (checkpoint names, metrics.json)."""
+    if in_batch_norm_pass(trainer):
+        return "swa batch-norm pass"
+    last = training_epochs(trainer) or -1  # -1, None: no limit
     return f"epoch {trainer.current_epoch + 1}" + (f"/{last}" if last > 0 else "")
 
 

@@ -27,6 +27,7 @@ from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.flops import count_macs
 from modelforge.inspect.summary import describe_model
 from modelforge.train import launch
+from modelforge.train.averaging import trained_epochs
 from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoints import (
     check_epochs_left,
@@ -34,12 +35,15 @@ from modelforge.train.checkpoints import (
     failure_record,
 )
 from modelforge.train.compiled import CompileCost
+from modelforge.train.confusion import ConfusionCounts, write_confusion_matrix
 from modelforge.train.console import quiet_third_party, run_log
+from modelforge.train.curves import write_learning_curves
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
 from modelforge.train.optim import build_optimizer
 from modelforge.train.records import claim_run_dir, current_run_dir, write_metrics
 from modelforge.train.run_config import RunConfig, validate_run_config
+from modelforge.train.run_report import setup_report
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
 from modelforge.train.timings import Phases
 from modelforge.train.trainer import (
@@ -145,12 +149,13 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
     device = describe_device(trainer)
     log.info("device: %s (%s) x%d, precision %s", device["accelerator"], device["name"], device["devices"],
              device["precision"])
-    for line in run.transfer.lines(model):  # what init.from loaded and left out, what freeze froze
+    setup_lines, setup_record = setup_report(run)  # init.from, freeze, the optimizer's groups, weight averaging
+    for line in setup_lines:
         log.info(line)
     metrics: dict[str, Any] = {"status": "running", **_record(run_dir),
                                "params": sum(p.numel() for p in model.parameters()), "macs": macs,
                                "monitor": monitor, "data": describe_data(run.datamodule), "device": device,
-                               **run.transfer.record(model)}
+                               **setup_record}
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", run.config)
     start_epoch = int(ckpt.get("epoch", -1)) + 1 if ckpt else 0
@@ -178,9 +183,12 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
             metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             phases.end("test")
             log.info(phases.line())
-            metrics.update(epochs=trainer.current_epoch, epochs_this_run=trainer.current_epoch - start_epoch,
+            epochs = trained_epochs(trainer)  # callbacks=[swa]'s batch-norm pass is no epoch of training
+            metrics.update(epochs=epochs, epochs_this_run=epochs - start_epoch,
                            global_step=trainer.global_step, status="finished", timings=phases.record())
             metrics.update(ended_by)
+            if run.config.get("curves") and trainer.is_global_zero:  # after training: never on its steps
+                metrics.update(write_learning_curves(run_dir, f"{run.config['model'].get('name')}  {run_dir}"))
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
             metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
@@ -243,13 +251,17 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     trainer_options = _eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {})
     trainer = build_trainer({**stored, "trainer": trainer_options, "hooks": None, "logger": None},
                             run_dir, plugins=plugins, for_eval=True)
+    confusion = ConfusionCounts(module.hparams.n_classes)  # from the test's own forward passes
+    trainer.callbacks.append(confusion)
     with ddp_run_scope(trainer):
         results = trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
+        drawn = write_confusion_matrix(confusion.counts, run_dir.absolute(), getattr(datamodule, "class_names", ()),
+                                       f"{stored['model'].get('name')}  test/acc {metrics.get('test/acc', 0):.4f}")
         write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"]),
                                                    "weights": averaging or "trained",
-                                                   "hooks": plain.get("hooks") or {}})
+                                                   "hooks": plain.get("hooks") or {}, **drawn})
         print(format_metrics({**metrics, "ckpt_path": str(plain["ckpt_path"])}, run_dir))
     return metrics
 

@@ -13,6 +13,7 @@ before any work; :class:`FrozenWeights` keeps the frozen tensors as they were wh
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from modelforge.deploy.load import (
     read_torch_file,
     resolve_checkpoint,
 )
-from modelforge.errors import CheckpointError, ConfigError, closest_globs
+from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_names, closest_paths
 
 # Prefixes a whole state_dict may carry from its wrapper: a LightningModule's attribute, DataParallel /
 # AveragedModel, torch.compile(module). Removed when every key has one and the model has no such child.
@@ -146,6 +147,8 @@ def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bo
     globs = [globs] if isinstance(globs, str) else globs
     check_type(globs, list[str], "freeze")
     report, skipped = None, None
+    if source is not None:
+        require_path(source, "init.from")
     if source is not None and resuming:
         found, _ = resolve_checkpoint(source, "init.from")
         if not found.is_file():
@@ -161,6 +164,15 @@ def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bo
 
 # --- init.from ---------------------------------------------------------------------------------
 
+def require_path(path: str | Path, key: str) -> None:
+    """Refuse a ``path`` that does not exist, naming it whole and what it may have meant (``runs/mnsit``)."""
+    given = Path(path).expanduser()
+    if not given.exists():
+        near = closest_paths(given)
+        raise CheckpointError(f"{key}: no checkpoint file at {os.path.abspath(given)}"
+                              + (f"\n  did you mean {' or '.join(repr(n) for n in near)}?" if near else ""))
+
+
 def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, str | None] | None = None,
                       strict: bool = False, key: str = "init.from") -> InitReport:
     """Copy the tensors of ``path`` that fit into ``model`` (names after ``mapping``, same shapes).
@@ -171,6 +183,7 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
         ConfigError: a glob of ``mapping`` that matches no tensor of the file.
     """
     source, chosen = resolve_checkpoint(path, key)  # a run directory: the checkpoint load_model takes
+    source = Path(os.path.abspath(source))  # printed whole, as the run directory is
     weights, averaging = read_weights(source, key)
     wanted = model.state_dict()
     weights = rename(_strip_wrapper_prefix(weights, wanted), mapping or {}, source)
@@ -282,6 +295,17 @@ def _listing(names: Mapping[str, Any] | list[str]) -> str:
     return ", ".join(listed[:MAX_LISTED]) + more
 
 
+def _partial_modules(model: nn.Module, params: Mapping[str, nn.Parameter]) -> list[str]:
+    """The model's modules that hold some of its parameters but not all, in the model's order: what ``freeze`` may
+    name (a module without parameters matches none; one holding them all leaves nothing to train)."""
+    return [n for n, m in model.named_modules() if n and 0 < sum(1 for _ in m.parameters()) < len(params)]
+
+
+def _example(parts: list[str]) -> str:
+    """A glob that freezes a part of the model: its first outermost part's contents."""
+    return f"{min(parts, key=lambda n: n.count('.'))}.*" if parts else "encoder.*"
+
+
 def freeze(model: nn.Module, globs: list[str] | tuple[str, ...], freeze_bn: bool = True,
            path: str = "freeze") -> Frozen:
     """Set ``requires_grad=False`` on the parameters that ``globs`` match, by name or by a module they lie in.
@@ -293,20 +317,23 @@ def freeze(model: nn.Module, globs: list[str] | tuple[str, ...], freeze_bn: bool
             the globs freeze every parameter.
     """
     params = dict(model.named_parameters())
+    parts = _partial_modules(model, params)
     chosen: set[str] = set()
     for i, glob in enumerate(globs):
         matched = {name for name in params if _covered(name, glob)}
         if not matched:
-            modules = [n for n, _ in model.named_modules() if n]
+            # Only what this model has and freeze takes: a glob that freezes a part of it.
+            valid = [g for g in closest_globs(glob, params, n=5)
+                     if 0 < sum(_covered(n, g) for n in params) < len(params)]
             raise ConfigError(f"{path}[{i}]", f"{glob!r} matches no parameter of {type(model).__name__}",
-                              suggestions=closest_globs(glob, params),
-                              allowed=f"module names: {_listing(modules)}",
-                              hint="a glob over parameter names (encoder.*) or a module's name (encoder.0); "
+                              suggestions=valid[:1] or closest_names(glob, parts),
+                              allowed=f"module names: {_listing(parts)}",
+                              hint=f"a glob over parameter names ({_example(parts)}) or a module's name; "
                                    "`python -m modelforge summary` lists the modules")
         chosen |= matched
     if params and len(chosen) == len(params):
         raise ConfigError(path, f"{list(globs)} freezes every parameter of the model: nothing would train",
-                          hint="freeze a part, e.g. freeze=[encoder.*]")
+                          hint=f"freeze a part, e.g. freeze=[{_example(parts)}]" if parts else None)
     for name in chosen:
         params[name].requires_grad_(False)
     norms = []

@@ -324,6 +324,20 @@ def test_fashion_mnist_fetches_from_its_own_mirrors(tmp_path: Path) -> None:
         data.check()
 
 
+def test_fashion_mnist_without_files_or_network_names_the_offline_ways(tmp_path: Path) -> None:
+    data = build_datamodule({"name": "fashion_mnist", "data_dir": str(tmp_path / "none"),
+                             "mirrors": ["http://127.0.0.1:9/"]})  # a port that refuses: no network
+    with pytest.raises(DataError) as missing:
+        data.prepare_data()
+    message = str(missing.value)
+    assert "127.0.0.1:9/: unreachable" in message
+    assert "into that folder, or point data.data_dir=/path/to/them at a folder that holds them\n" in message
+    assert message.endswith("\n    or, offline, install Debian/Ubuntu's package: apt-get install dataset-fashion-mnist "
+                            "(from the distribution's mirror), which puts them in /usr/share/datasets/fashion-mnist, "
+                            "read when data.data_dir is unset")
+    assert not (tmp_path / "none").exists()  # a failed fetch leaves no folder behind
+
+
 def test_idx_folder_takes_shapes_classes_and_stats_from_its_files(tmp_path: Path) -> None:
     write_idx_set(tmp_path / "bars", n_classes=5, size=(20, 20))
     data = build_datamodule({"name": "idx", "data_dir": str(tmp_path / "bars"), "val_size": 8, "batch_size": 8})

@@ -165,7 +165,7 @@ def test_a_run_dir_without_last_or_best_names_what_it_holds(run: Path, tmp_path:
     copy = shutil.copytree(run, tmp_path / "run")
     (copy / "metrics.json").unlink()
     (copy / "checkpoints" / "last.ckpt").unlink()
-    with pytest.raises(CheckpointError, match=r"it holds best-epoch00\.ckpt: name one \(ckpt_path="):
+    with pytest.raises(CheckpointError, match=r"it holds best-epoch01\.ckpt: name one \(ckpt_path="):
         load_model(copy)
 
 

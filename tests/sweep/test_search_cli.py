@@ -16,7 +16,8 @@ SEARCH = ("hparams_search=optuna", "trainer.fast_dev_run=true")
 
 
 def test_several_objectives_mark_the_pareto_front_and_draw_it(sweep_here, tmp_path: Path) -> None:
-    result = sweep_here(*SEARCH, "hydra.sweeper.n_trials=4", "hydra.sweeper.objectives=[val/acc,macs]")
+    result = sweep_here(*SEARCH, "hydra.sweeper.n_trials=4", "hydra.sweeper.objectives=[val/acc,macs]",
+                        sweep_dir=Path("sweep"))  # relative to the working directory: printed whole
     assert result.returncode == 0, result.stderr[-2000:]
     sweep_dir = tmp_path / "sweep"
     assert "maximize val/acc, minimize macs, sampler nsgaii (seed 0)" in result.stdout
@@ -33,6 +34,7 @@ def test_several_objectives_mark_the_pareto_front_and_draw_it(sweep_here, tmp_pa
     assert {s["trial"] for s in results["pareto_front"]} == {int(job.split("_")[0]) for job in front}
     for picture in ("optimization_history_val_acc.png", "optimization_history_macs.png", "pareto_front.png"):
         assert (sweep_dir / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", picture
+    assert f"plots: {sweep_dir / 'optimization_history_val_acc.png'}, " in result.stdout
 
 
 def test_a_search_whose_every_trial_fails_says_so_without_a_traceback(sweep_here, tmp_path: Path) -> None:

@@ -34,7 +34,8 @@ def tiny_mnist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def compose_train(data_dir: Path, *overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose("train", overrides=[f"data.data_dir={data_dir}", *TINY, *overrides])
+        # curves=false: ~0.5 s a run to draw; the tests of the learning curves ask for them (curves=true)
+        return compose("train", overrides=[f"data.data_dir={data_dir}", *TINY, "curves=false", *overrides])
 
 
 def tiny_cli_args(data_dir: Path) -> list[str]:

@@ -145,6 +145,6 @@ def test_a_full_disk_fails_with_one_message_and_keeps_the_last_good_checkpoint(r
         assert "resume_with" not in metrics  # interrupted.ckpt did not fit either: no hint at a partial file
         last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)  # the epoch-1 state, whole
         assert last["global_step"] == 4
-        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best-epoch00.ckpt", "last.ckpt"]
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best-epoch01.ckpt", "last.ckpt"]
     finally:
         subprocess.run(["umount", str(disk)], check=False)

@@ -14,6 +14,7 @@ from pytorch_lightning.callbacks import Callback
 
 from modelforge.errors import ConfigError, Terminated
 from modelforge.train import train
+from modelforge.train.progress import LineProgress
 from tests.train.conftest import compose_train
 
 SAME = ("seed=3", "trainer.deterministic=true", "model=cnn", "enc_sizes=[4]", "dec_sizes=[16]", "model.dropout=0.2")
@@ -103,6 +104,7 @@ def test_a_mid_epoch_resume_prints_progress_lines(tiny_mnist: Path, tmp_path: Pa
     """Piped output (LineProgress): Lightning skips on_train_epoch_start when it resumes mid-epoch."""
     args = (*SAME, "trainer.max_epochs=2", "trainer.enable_progress_bar=true")  # not a terminal: progress lines
     ckpt = _stopped_by_sigterm_at(6, compose_train(tiny_mnist, *args), tmp_path / "first", monkeypatch)
+    monkeypatch.setattr(LineProgress, "MIN_STEPS", 1)  # 4-step epochs: a line a step, to see the resumed epoch's
     with caplog.at_level("INFO", logger="modelforge.train.progress"):
         train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
     lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.train.progress"]

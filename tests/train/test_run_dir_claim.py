@@ -84,13 +84,14 @@ def test_two_runs_started_together_into_one_dir_one_runs_the_other_is_refused_in
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "finished" and f"optim.lr={lrs[winner]}" in metrics["overrides"]
     assert f"optim.lr={lrs[winner]}" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-epoch00.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-epoch01.ckpt", "last.ckpt"]
     last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["hyper_parameters"]["config"]["optim"]["lr"] == lr
     with open(run_dir / "logs" / "metrics.csv", newline="") as rows:
         assert any(row.get("test/acc") for row in csv.DictReader(rows))  # one writer: header and rows agree
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(
-        [".hydra", CLAIM_FILE, "checkpoints", "config.yaml", "logs", "metrics.json", "train.log"])
+        [".hydra", CLAIM_FILE, "checkpoints", "config.yaml", "learning_curves.png", "logs", "metrics.json",
+         "train.log"])
 
 
 def test_of_many_claims_at_once_exactly_one_succeeds(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from tests.train.signal_helpers import wait_for
 # Two ranks of 2 batches each per epoch (128 training images, batches of 32).
 DDP = ("trainer=ddp_cpu", "model=mlp", "model.hidden_sizes=[16]", "sched=none", "trainer.limit_val_batches=1",
        "trainer.limit_test_batches=1")
-PATHS = {"run_dir", "config", "best_ckpt", "resume_with"}  # where the files are: differs between runs
+PATHS = {"run_dir", "config", "best_ckpt", "resume_with", "learning_curves"}  # where the files are: per run
 TIMINGS = {"train_time_s", "timings"}
 
 

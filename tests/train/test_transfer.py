@@ -198,6 +198,19 @@ def test_bad_paths_and_files_are_clear_errors(tmp_path: Path) -> None:
         apply_transfer({"init": {"from": str(tmp_path / "other.pt")}}, model)
 
 
+def test_a_misspelt_init_from_is_named_whole_with_did_you_mean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "runs" / "mnist").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    model = build_model({"name": "cnn", "enc_sizes": [8]})
+    for resuming in (False, True):
+        with pytest.raises(CheckpointError, match=rf"^init.from: no checkpoint file at {tmp_path}/runs/mnsit\n"
+                                                  r"  did you mean 'runs/mnist'\?$"):
+            apply_transfer({"init": {"from": "runs/mnsit"}}, model, resuming=resuming)
+    with pytest.raises(CheckpointError, match=rf"^init.from: no checkpoint file at {tmp_path}/rnus/mnist\n"
+                                              r"  did you mean 'runs'\?$"):
+        apply_transfer({"init": {"from": "rnus/mnist"}}, model)
+
+
 def test_a_misspelt_freeze_glob_is_one_error_with_did_you_mean_and_exit_2(run_main, tiny_mnist: Path,
                                                                            tmp_path: Path) -> None:
     result = run_main("train", *tiny_cli_args(tiny_mnist), "freeze=[encodr.*]", f"hydra.run.dir={tmp_path / 'run'}")
@@ -215,6 +228,25 @@ def test_freezing_everything_or_a_module_without_parameters_is_refused() -> None
     with pytest.raises(ConfigError, match=r"^freeze\[0\]: 'encoder.0.act' matches no parameter"):
         freeze(model, ["encoder.0.act"])
     assert all(p.requires_grad for p in model.parameters())  # a refused freeze changes nothing
+
+
+@pytest.mark.parametrize(("name", "glob"), [("lenet5", "nodes.zzz"), ("lenet5", "nodes.c"), ("cnn", "encodr.*"),
+                                            ("resnet18", "nodes.layr1.*"), ("mlp", "hiden.*")])
+def test_a_freeze_hint_is_the_models_own_and_is_taken(name: str, glob: str) -> None:
+    """Issue 33.14: lenet5 'freeze=[nodes.zzz]' suggested nodes.*, which freezes every parameter, whose refusal then
+    hinted at encoder.*, which lenet5 does not have."""
+    model_cfg = _plain(f"model={name}")["model"]
+    total = len(list(build_model(model_cfg).parameters()))
+    with pytest.raises(ConfigError) as refused:
+        freeze(build_model(model_cfg), [glob])
+    suggested = refused.value.suggestions
+    assert len(suggested) == 1
+    frozen = freeze(build_model(model_cfg), suggested)  # taken: a part of the model, not all of it
+    assert 0 < len(frozen.params) < total
+    with pytest.raises(ConfigError, match=r"freezes every parameter") as everything:
+        freeze(build_model(model_cfg), ["*"])
+    example = everything.value.hint.removeprefix("freeze a part, e.g. freeze=[").removesuffix("]")
+    assert 0 < len(freeze(build_model(model_cfg), [example]).params) < total
 
 
 def test_composite_block_paths_freeze_whole_blocks_with_their_norms() -> None:
