@@ -18,7 +18,8 @@ Why two ways of counting: entering ``FlopCounterMode`` imports ``torch._dynamo``
 (1.5-2 s, more than ``import torch`` itself), which every ``summary`` and every
 run's model line would pay. A model built only of layers whose count is known
 (convolutions and linear layers by torch's formula, the zero-MAC layers above,
-and modelforge's blocks and models, whose forwards only call their children) is
+modelforge's blocks and models, whose forwards only call their children or element-wise ops, and
+those that count their own matrix products, ``matmul``) is
 counted from forward hooks instead; anything else, e.g. a user's block that calls
 ``torch.matmul`` itself, goes through ``FlopCounterMode``. A test checks both
 ways agree on every shipped model and block.
@@ -33,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelforge.layers.macs import MACS_FROM_CHILDREN
+from modelforge.layers.macs import MACS_FROM_CHILDREN, OWN_MACS
 
 FLOPS_PER_MAC = 2
 
@@ -58,7 +59,7 @@ def _countable(module: nn.Module) -> bool:
         return not module.proj_size
     return (kind in _ZERO or kind in _CONVS or kind in (nn.Linear, nn.MultiheadAttention)
             or kind is nn.modules.linear.NonDynamicallyQuantizableLinear  # MultiheadAttention's out_proj
-            or kind.__dict__.get(MACS_FROM_CHILDREN, False))
+            or kind.__dict__.get(MACS_FROM_CHILDREN, False) or OWN_MACS in kind.__dict__)
 
 
 _RNN_GATES = {nn.RNN: 1, nn.GRU: 3, nn.LSTM: 4}
@@ -96,6 +97,8 @@ def _layer_macs(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> int:
         return _rnn_macs(module, inputs[0])
     if type(module) is nn.MultiheadAttention:
         return _attention_macs(module, *inputs[:3])
+    if OWN_MACS in type(module).__dict__:  # a block that multiplies matrices itself (matmul)
+        return getattr(module, OWN_MACS)(inputs, output)
     return 0
 
 

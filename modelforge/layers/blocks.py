@@ -7,6 +7,7 @@ layer means "leave it out", as in torchvision's ``Conv2dNormActivation``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,7 +28,7 @@ def _activation_name(spec: Any) -> str:
 @BLOCKS.register("conv")
 @counts_from_children
 class ConvBlock(nn.Sequential):
-    """Conv2d -> BatchNorm2d -> activation, then optional pooling and dropout."""
+    """Conv2d -> BatchNorm2d -> activation, then optional pooling and dropout (``groups=in_channels``: depthwise)."""
 
     def __init__(
         self,
@@ -42,10 +43,11 @@ class ConvBlock(nn.Sequential):
         pool_size: int = 2,
         dropout: float = 0.0,
         bias: bool = True,
+        groups: int = 1,
     ) -> None:
         padding = kernel_size // 2 if padding is None else padding
         layers: OrderedDict[str, nn.Module] = OrderedDict()
-        layers["conv"] = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias)
+        layers["conv"] = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, groups=groups, bias=bias)
         if norm:
             layers["norm"] = nn.BatchNorm2d(out_channels)
         if activation:
@@ -60,6 +62,7 @@ class ConvBlock(nn.Sequential):
         self._summary = (
             f"{in_channels} -> {out_channels}, kernel={kernel_size}, stride={stride}, padding={padding}, "
             f"norm={bool(norm)}, act={_activation_name(activation)}, pool={pool or 'none'}, dropout={dropout}"
+            + (f", groups={groups}" if groups != 1 else "")
         )
 
     def extra_repr(self) -> str:
@@ -128,11 +131,18 @@ BLOCKS.add("activation", make_activation, description="A lone activation, e.g. {
 class Add(nn.Module):
     """Merge node: element-wise sum of its inputs (all of one shape)."""
 
+    def __init__(self) -> None:  # of its own, so that an argument it does not take is named as such
+        super().__init__()
+
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         out = inputs[0]
         for x in inputs[1:]:
             out = out + x
         return out
+
+    def check_shapes(self, shapes: Sequence[Sequence[int]]) -> str | None:
+        """All inputs of one shape (no broadcasting: a residual sum of mismatched maps is a wiring mistake)."""
+        return None if all(list(s) == list(shapes[0]) for s in shapes) else "cannot add inputs of shapes"
 
 
 @BLOCKS.register("concat")
@@ -147,8 +157,17 @@ class Concat(nn.Module):
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         return torch.cat(inputs, dim=self.dim)
 
+    def check_shapes(self, shapes: Sequence[Sequence[int]]) -> str | None:
+        """All inputs of one shape but along ``dim``."""
+        def without_dim(shape: Sequence[int]) -> list[int]:
+            rest = list(shape)
+            if len(rest) == len(shapes[0]) and -len(rest) <= self.dim < len(rest):
+                rest.pop(self.dim)
+            return rest
+
+        same = all(without_dim(s) == without_dim(shapes[0]) for s in shapes)
+        return None if same else f"cannot concatenate along dim {self.dim} inputs of shapes"
+
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
 
-
-MERGE_BLOCKS = (Add, Concat)

@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import TypeVar
 
 MACS_FROM_CHILDREN = "_macs_from_children"  # the class attribute the counter reads (its own, not inherited)
+# A block that multiplies matrices itself defines ``own_macs(self, inputs, output) -> int``, its MACs of one
+# call (all samples): the counter then counts it by that formula, without ``FlopCounterMode``.
+OWN_MACS = "own_macs"
 T = TypeVar("T", bound=type)
 
 

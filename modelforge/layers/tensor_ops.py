@@ -1,18 +1,31 @@
-"""Blocks that reshape, split or extend tensors, for graphs of several inputs and outputs.
+"""Blocks that reshape, split, reduce or extend tensors, for graphs of several inputs and outputs.
 
 ``chunk`` and ``split`` return a tuple, whose parts a graph node reads as
-``<node>.0``, ``<node>.1``. ``class_token`` and ``position_embedding`` are the
-two learned tensors of a vision transformer; their widths are inferred like any
-block's (``in_features`` from the last dimension, ``num_tokens`` from the second).
+``<node>.0``, ``<node>.1``. ``reshape`` keeps the batch dimension and reshapes
+each sample; ``permute`` and ``transpose`` name dimensions as torch does (0 is the
+batch). ``class_token`` and ``position_embedding`` are the two learned tensors of
+a vision transformer; their widths are inferred like any block's (``in_features``
+from the last dimension, ``num_tokens`` from the second). ``flatten`` is
+``nn.Flatten`` (``start_dim``, ``end_dim``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
+from modelforge.errors import ConfigError
 from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
+
+
+def _int_list(value: int | Sequence[int], name: str) -> list[int]:
+    values = [value] if isinstance(value, int) else list(value)
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ConfigError(name, f"expected a whole number or a list of them, got {value!r}")
+    return values
 
 
 @BLOCKS.register("chunk")
@@ -77,6 +90,82 @@ class Transpose(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim0={self.dim0}, dim1={self.dim1}"
+
+
+@BLOCKS.register("reshape")
+@counts_from_children
+class Reshape(nn.Module):
+    """Reshape each sample to `shape` (the batch dimension is kept; one entry may be -1, inferred)."""
+
+    def __init__(self, shape: list[int]) -> None:
+        super().__init__()
+        self.shape = _int_list(shape, "shape")
+        if self.shape.count(-1) > 1 or any(s < -1 or s == 0 for s in self.shape):
+            raise ConfigError("shape", f"cannot reshape to {self.shape}",
+                              allowed="sizes >= 1 and at most one -1 (inferred), without the batch dimension")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.reshape(x.shape[0], *self.shape)
+
+    def extra_repr(self) -> str:
+        return f"shape={self.shape}"
+
+
+@BLOCKS.register("permute")
+@counts_from_children
+class Permute(nn.Module):
+    """Reorder all dimensions, the batch's (0) included: [0, 2, 3, 1] makes [B, C, H, W] channels-last."""
+
+    def __init__(self, dims: list[int]) -> None:
+        super().__init__()
+        self.dims = _int_list(dims, "dims")
+        if sorted(self.dims) != list(range(len(self.dims))):
+            raise ConfigError("dims", f"{self.dims} is not an order of dimensions",
+                              allowed=f"each of 0..{len(self.dims) - 1} once, 0 being the batch dimension")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.permute(*self.dims)
+
+    def check_shapes(self, shapes: Sequence[Sequence[int]]) -> str | None:
+        """An order of as many dimensions as the input has."""
+        if len(shapes) == 1 and len(shapes[0]) != len(self.dims):
+            return f"orders {len(self.dims)} dimensions ({self.dims}), but its input has {len(shapes[0])}:"
+        return None
+
+    def extra_repr(self) -> str:
+        return f"dims={self.dims}"
+
+
+@BLOCKS.register("mean")
+@counts_from_children
+class Mean(nn.Module):
+    """Average over `dim` (one or a list; [2, 3]: over H and W), keeping those dimensions as 1 if `keepdim`."""
+
+    def __init__(self, dim: int | list[int], keepdim: bool = False) -> None:
+        super().__init__()
+        self.dim, self.keepdim = _int_list(dim, "dim"), bool(keepdim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.mean(dim=self.dim, keepdim=self.keepdim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, keepdim={self.keepdim}"
+
+
+@BLOCKS.register("softmax")
+@counts_from_children
+class Softmax(nn.Module):
+    """Softmax along `dim` (the last by default: attention weights over the keys)."""
+
+    def __init__(self, dim: int = -1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.softmax(dim=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
 
 
 @BLOCKS.register("class_token")

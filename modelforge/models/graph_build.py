@@ -20,7 +20,6 @@ from torch import Tensor, nn
 
 from modelforge.config import require_positive
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
-from modelforge.layers.blocks import MERGE_BLOCKS
 from modelforge.layers.expressions import evaluate, resolve_args
 from modelforge.layers.kwargs import check_kwargs
 from modelforge.layers.macs import counts_from_children
@@ -120,15 +119,24 @@ def _max_inputs(kind: type) -> int | None:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
-def _check_merge(name: str, block: nn.Module, described: str, shapes: list[torch.Size], path: str) -> None:
-    dim = getattr(block, "dim", None)
-    for shape in shapes[1:]:
-        a, b = list(shapes[0]), list(shape)
-        if dim is not None and len(a) == len(b):
-            a.pop(dim), b.pop(dim)
-        if a != b:
-            how = "add" if dim is None else f"concatenate along dim {dim}"
-            raise ConfigError(path, f"node {name!r} cannot {how} inputs of shapes {described}")
+def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: list[str], shapes: list[Any],
+                  described: str, path: str) -> None:
+    """The number of inputs a block's forward takes, and the shapes its ``check_shapes`` accepts."""
+    most = _max_inputs(block if isinstance(block, type) else type(block))
+    if most == 0 and labels:
+        raise ConfigError(f"{path}.inputs", f"block {block_name!r} reads no input, got {len(labels)}",
+                          hint="write inputs: [] for this node")
+    if most is not None and len(labels) > most:
+        raise ConfigError(f"{path}.inputs",
+                          f"block {block_name!r} takes {'one input' if most == 1 else f'{most} inputs'}, "
+                          f"got {len(labels)}", hint="merge several inputs with an 'add' or 'concat' node")
+    if not labels and most != 0:
+        raise ConfigError(f"{path}.inputs", f"node {name!r} reads no input, but block {block_name!r} needs one",
+                          hint="remove `inputs: []` to read the node above, or name the nodes it reads")
+    check = None if isinstance(block, type) else getattr(block, "check_shapes", None)
+    problem = check([list(s) for s in shapes]) if check is not None and labels else None
+    if problem:
+        raise ConfigError(path, f"node {name!r} {problem} {described}")
 
 
 class GraphBuilder:
@@ -214,6 +222,9 @@ class GraphBuilder:
         if composite is None:
             factory = resolve_block(node.block, f"{path}.block")
             check_kwargs(factory, node.args, f"{path}.args", f"block {node.block!r}")
+        elif not inputs:
+            raise ConfigError(f"{path}.inputs", f"node {name!r} reads no input, but composite {node.block!r} needs one",
+                              hint="remove `inputs: []` to read the node above, or name the nodes it reads")
         count = self._repeats(node, names, top, path)
         if count is not None and len(inputs) != 1:
             raise ConfigError(f"{path}.repeat", f"node {name!r} reads {len(inputs)} inputs; only a one-input node repeats")
@@ -246,28 +257,27 @@ class GraphBuilder:
                inputs: list[Any], path: str) -> tuple[nn.Module, Any]:
         described = _describe(labels, inputs)
         shapes = [x.shape if isinstance(x, Tensor) else () for x in inputs]
+        tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
+        tuple_hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
+        if not inputs and isinstance(factory, type) and _max_inputs(factory) != 0:
+            _check_inputs(name, block_name, factory, labels, shapes, described, path)  # before it fails unfed
         try:
             block = factory(**infer_widths(factory, args, shapes))
+        except ConfigError as exc:  # a block of ours refusing one of its arguments
+            raise ConfigError(f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
+                              f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,
+                              suggestions=exc.suggestions, hint=exc.hint) from None
         except (ModelforgeError, TypeError, ValueError, RuntimeError, AssertionError) as exc:  # torch.nn's own checks
             problem = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise ConfigError(path, f"node {name!r} ({block_name}): {problem}") from None
-        if isinstance(block, MERGE_BLOCKS):
-            _check_merge(name, block, described, shapes, path)
-        else:
-            most = _max_inputs(type(block))
-            if most is not None and len(inputs) > most:
-                raise ConfigError(f"{path}.inputs",
-                                  f"block {block_name!r} takes {'one input' if most == 1 else f'{most} inputs'}, "
-                                  f"got {len(inputs)}", hint="merge several inputs with an 'add' or 'concat' node")
+            raise ConfigError(path, f"node {name!r} ({block_name}): {problem}", hint=tuple_hint) from None
+        _check_inputs(name, block_name, block, labels, shapes, described, path)
         try:
             with torch.no_grad():
                 out = block.eval()(*inputs)
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, AssertionError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
-            hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
             raise ConfigError(path, f"node {name!r} ({block_name}) does not fit its input {described}: {first}",
-                              hint=hint) from None
+                              hint=tuple_hint) from None
         return block.train(), out
 
     def _composite(self, composite: Composite, args: dict[str, Any], inputs: list[Any], node_path: str,

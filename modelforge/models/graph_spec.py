@@ -128,8 +128,9 @@ def _node_inputs(nodes: Mapping[str, NodeConfig], path: str) -> dict[str, list[R
     previous = INPUT
     for name, node in nodes.items():
         raw = [previous] if node.inputs is None else [node.inputs] if isinstance(node.inputs, str) else list(node.inputs)
-        if not raw:
-            raise ConfigError(f"{path}.nodes.{name}.inputs", f"node {name!r} has no inputs")
+        if not raw and node.when is not None:  # a left-out node passes its first input on: it needs one
+            raise ConfigError(f"{path}.nodes.{name}.when", f"node {name!r} reads no input, so it cannot be left out",
+                              hint="remove `when`, or give the node an input")
         refs = [parse_ref(src, f"{path}.nodes.{name}.inputs[{i}]") for i, src in enumerate(raw)]
         for i, ref in enumerate(refs):
             if ref.node != INPUT and ref.node not in nodes:
