@@ -1,10 +1,11 @@
 """The torchvision models of conf/model/ pinned to torchvision itself (issue 34).
 
-For each model, ``torchvision.models.<name>(weights=None)`` at its own definition (3x224x224,
-1000 classes) and ``create_model(<name>, ...)`` at the same shape: the same parameter count,
-torchvision's weights (randomized, so that no part is a constant) copied into ours, the same output
-in eval mode, and in train mode the same stochastic modules (dropout, stochastic depth) run with the
-same probabilities in the same order, and give the same output for the same seed.
+For each model, ``torchvision.models.<name>(weights=None)`` at its own definition (3 channels, 1000
+classes) and ``create_model(<name>, ...)`` at the same shape: the same parameter count, torchvision's
+weights (randomized, so that no part is a constant) copied into ours, the same output in eval mode
+(the largest difference is printed), and in train mode the same stochastic modules (dropout,
+stochastic depth) run with the same probabilities in the same order, and give the same output for
+the same seed. The MNIST variants (1x28x28, 10 classes) build from the same files.
 
 Weights are paired by the order a forward first reads them (``first_use_order``), not by name or
 registration order: torchvision registers ConvNeXt's layer scale and ViT's class token before the
@@ -26,9 +27,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from modelforge import create_model
+from modelforge.errors import ConfigError
+from modelforge.layers import StochasticDepth
 from tests.models.test_zoo import n_params, randomize_norms
 
-IMAGENET = ["in_channels=3", "n_classes=1000", "input_size=[224,224]"]
 TOLERANCE = 1e-5  # of the output's largest magnitude
 
 
@@ -126,9 +128,6 @@ def randomize(model: nn.Module, x: Tensor) -> None:
 # --------------------------------------------------------------------------------------------
 # train mode: which stochastic modules run, with which probability
 
-STOCHASTIC = (nn.Dropout, TorchvisionStochasticDepth)
-
-
 def stochastic_modules_run(model: nn.Module, x: Tensor) -> list[tuple[str, float]]:
     """(kind, probability) of each dropout or stochastic-depth module a train-mode forward runs, in order
     (on the meta device). torchvision's EfficientNet holds a StochasticDepth in every block but runs
@@ -147,48 +146,140 @@ def stochastic_modules_run(model: nn.Module, x: Tensor) -> list[tuple[str, float
 def _stochastic_kind(module: nn.Module) -> tuple[str, float] | None:
     if isinstance(module, nn.Dropout):
         return ("dropout", float(module.p))
-    if hasattr(module, "mode") and isinstance(getattr(module, "p", None), float) and module.__class__.__name__ == "StochasticDepth":
+    if isinstance(module, (StochasticDepth, TorchvisionStochasticDepth)):
         return (f"stochastic_depth/{module.mode}", float(module.p))
     return None
 
 
+class _ScaleFirst(nn.Module):
+    """Registers ``scale`` before ``linear`` but reads it after, as ConvNeXt's block does its layer scale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(4))
+        self.linear = nn.Linear(3, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.scale * self.linear(x)
+
+
+def test_weights_pair_by_first_use_and_a_mismatch_names_both_keys() -> None:
+    x = torch.randn(2, 3)
+    assert first_use_order(_ScaleFirst(), x) == ["linear.weight", "linear.bias", "scale"]
+    assert first_use_order(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)), x) == [
+        "0.weight", "0.bias", "1.running_mean", "1.running_var", "1.weight", "1.bias", "1.num_batches_tracked"]
+    reference, ours = _ScaleFirst(), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 4, bias=False))
+    with pytest.raises(AssertionError, match=r"entry 2 in the order of first use: torchvision scale \(4,\) "
+                                             r"torch\.float32 != ours 1\.weight \(4, 4\)"):
+        copy_torchvision_weights(reference, ours, x)
+
+
+@pytest.mark.parametrize("mode", ["row", "batch"])
+def test_stochastic_depth_draws_the_masks_torchvision_draws(mode: str) -> None:
+    x = torch.randn(64, 3, 2, 2)
+    for p in (0.0, 0.3, 1.0):
+        torch.manual_seed(7)
+        expected = TorchvisionStochasticDepth(p, mode).train()(x)
+        torch.manual_seed(7)
+        assert torch.equal(StochasticDepth(p, mode).train()(x), expected)
+
+
 # --------------------------------------------------------------------------------------------
-# the parity check
+# the parity checks, one model at a time (built once for all its tests)
+
+# name: torchvision's parameter count at 3x224x224 and 1000 classes, and the image side the outputs are
+# compared at. The conv nets hold the same parameters at any size, and torchvision's forward takes any size:
+# 64x64 runs the same modules in a tenth of the time. ViT's position embedding is one per patch, so its
+# parameters depend on the image size: it is compared at 224x224.
+MODELS = {
+    "resnet50": (25_557_032, 64),
+    "mobilenet_v3_small": (2_542_856, 64),
+    "efficientnet_b0": (5_288_548, 64),
+    "convnext_tiny": (28_589_128, 64),
+    "vit_b_16": (86_567_656, 224),
+}
 
 
-def check_parity(name: str, params: int, capsys: pytest.CaptureFixture[str], batch: int = 2) -> None:
-    torch.manual_seed(0)
-    reference = getattr(tv_models, name)(weights=None)
-    ours = create_model(name, IMAGENET)
-    assert n_params(reference) == params, f"torchvision's {name} has {n_params(reference):,} parameters"
-    assert n_params(ours) == params, f"ours has {n_params(ours):,} parameters, torchvision's {params:,}"
-    x = torch.randn(batch, 3, 224, 224)
-    randomize(reference, x)
-    copy_torchvision_weights(reference, ours, x)
+class Pair:
+    """torchvision's model, randomized, and ours with its weights; ``x`` is the batch both are compared on."""
 
-    reference.eval(), ours.eval()
-    with torch.no_grad():
-        expected, got = reference(x), ours(x)
-    assert got.shape == expected.shape == (batch, 1000)
-    assert (expected[0] - expected[1]).abs().max() > 1e-3, "the output does not depend on the input"
-    scale = expected.abs().max().item()
-    eval_diff = (got - expected).abs().max().item()
+    def __init__(self, name: str) -> None:
+        params, side = MODELS[name]
+        torch.manual_seed(0)
+        self.name, self.params = name, params
+        self.reference = getattr(tv_models, name)(weights=None)
+        self.ours = create_model(name, ["in_channels=3", "n_classes=1000", f"input_size=[{side},{side}]"])
+        self.x = torch.randn(2, 3, side, side)
+        randomize(self.reference, self.x)
+        copy_torchvision_weights(self.reference, self.ours, self.x)
 
-    assert stochastic_modules_run(ours, x) == stochastic_modules_run(reference, x)
-    reference.train(), ours.train()
-    with torch.no_grad():
-        torch.manual_seed(1)
-        expected_train = reference(x)
-        torch.manual_seed(1)
-        got_train = ours(x)
-    train_diff = (got_train - expected_train).abs().max().item()
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def pair(request: pytest.FixtureRequest) -> Pair:
+    return Pair(request.param)
+
+
+def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
     with capsys.disabled():
-        print(f"\n{name}: {params:,} parameters; max |ours - torchvision| eval {eval_diff:.2e}, "
-              f"train {train_diff:.2e} (output scale {scale:.2f})", end=" ")
-    assert eval_diff <= TOLERANCE * max(1.0, scale), f"eval outputs differ by {eval_diff:.3g} (scale {scale:.3g})"
-    assert train_diff <= TOLERANCE * max(1.0, expected_train.abs().max().item()), \
-        f"train-mode outputs differ by {train_diff:.3g}"
+        print(f"\n  {line}", end=" ")
 
 
-def test_resnet50_equals_torchvision(capsys: pytest.CaptureFixture[str]) -> None:
-    check_parity("resnet50", 25_557_032, capsys)
+def test_parameter_count_equals_torchvision(pair: Pair) -> None:
+    assert n_params(pair.reference) == pair.params, f"torchvision's {pair.name}: {n_params(pair.reference):,}"
+    assert n_params(pair.ours) == pair.params
+
+
+def test_eval_output_equals_torchvision(pair: Pair, capsys: pytest.CaptureFixture[str]) -> None:
+    pair.reference.eval(), pair.ours.eval()
+    with torch.no_grad():
+        expected, got = pair.reference(pair.x), pair.ours(pair.x)
+    assert got.shape == expected.shape == (2, 1000)
+    assert (expected[0] - expected[1]).abs().max() > 1e-3, "the output does not depend on the input"
+    scale, diff = expected.abs().max().item(), (got - expected).abs().max().item()
+    report(capsys, f"{pair.name} eval: max |ours - torchvision| {diff:.2e} (outputs up to {scale:.2f})")
+    assert diff <= TOLERANCE * max(1.0, scale)
+
+
+def test_train_mode_drops_as_torchvision(pair: Pair, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same dropout and stochastic-depth modules run, in the same order, with the same probabilities;
+    from one seed they draw the same masks, so train-mode outputs (BatchNorm on batch statistics) agree."""
+    ours, theirs = stochastic_modules_run(pair.ours, pair.x), stochastic_modules_run(pair.reference, pair.x)
+    assert [kind for kind, _ in ours] == [kind for kind, _ in theirs]
+    assert [p for _, p in ours] == pytest.approx([p for _, p in theirs], rel=1e-12)  # convnext: 0.1/17*k vs 0.1*k/17
+    reference, model = copy.deepcopy(pair.reference).train(), copy.deepcopy(pair.ours).train()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        expected = reference(pair.x)
+        torch.manual_seed(1)
+        got = model(pair.x)
+    diff = (got - expected).abs().max().item()
+    probabilities = sorted({p for _, p in theirs})
+    report(capsys, f"{pair.name} train: {len(theirs)} dropout/stochastic-depth modules run, p "
+                   f"{' to '.join(f'{p:.3g}' for p in probabilities[::max(1, len(probabilities) - 1)]) or '-'}; "
+                   f"max |ours - torchvision| {diff:.2e}")
+    assert diff <= TOLERANCE * max(1.0, expected.abs().max().item())
+
+
+# --------------------------------------------------------------------------------------------
+# the MNIST variants: the same files at 1x28x28 and 10 classes (the data's shape, filled in by a run)
+
+MNIST = ["resnet50", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "vit_b_16"]
+
+
+@pytest.mark.parametrize("name", MNIST)
+def test_mnist_variant_takes_grey_28x28_and_gives_10_logits(name: str) -> None:
+    model = create_model(name).eval()  # the data's shape: 1x28x28, 10 classes
+    first_conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
+    assert first_conv.in_channels == 1
+    with torch.no_grad():
+        assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+
+
+@pytest.mark.parametrize(("name", "side", "stem"), [
+    ("convnext_tiny", 28, 2), ("convnext_tiny", 32, 4), ("vit_b_16", 28, 4), ("vit_b_16", 63, 4), ("vit_b_16", 64, 16)])
+def test_small_images_get_a_smaller_stem(name: str, side: int, stem: int) -> None:
+    """ConvNeXt's 4x4 stem and ViT's 16x16 patches leave nothing (ConvNeXt) or one patch (ViT) of a 28x28 image."""
+    node = "stem" if name == "convnext_tiny" else "patches"
+    model = create_model(name, [f"input_size=[{side},{side + 8}]"] + (["params.depth=1"] if name == "vit_b_16" else []))
+    conv = model.get_submodule(f"nodes.{node}")
+    assert conv.kernel_size == conv.stride == (stem, stem)
