@@ -9,15 +9,17 @@ the same seed. The MNIST variants (1x28x28, 10 classes) build from the same file
 
 Weights are paired by the order a forward first reads them (``first_use_order``), not by name or
 registration order: torchvision registers ConvNeXt's layer scale and ViT's class token before the
-layers that run first. torchvision is a test extra (pyproject's ``dev``); without it these tests skip.
+layers that run first. torchvision 0.28 is found as ``import_torchvision_models`` says; without it these tests skip.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,19 +36,27 @@ from tests.models.test_zoo import n_params, randomize_norms
 TOLERANCE = 1e-5  # of the output's largest magnitude
 
 
-def import_torchvision_models() -> types.ModuleType:
-    """``torchvision.models``, also where torchvision's compiled extension cannot load.
+TORCHVISION_BESIDE = Path(sys.prefix) / "torchvision-tests"  # pip install --no-deps --target THERE torchvision==0.28.0
 
-    The torchvision wheel on PyPI links CUDA builds of torch's libraries; beside a CPU-only torch its
-    import stops at ``torchvision._meta_registrations`` (``operator torchvision::nms does not exist``),
-    which registers meta kernels for its C++ operators. The model definitions are plain Python and use
-    none of those operators, so that one module is replaced by an empty one and the import retried.
-    Where the extension loads (a CUDA torch, or torchvision's CPU wheel) nothing is replaced.
+
+def import_torchvision_models() -> types.ModuleType:
+    """``torchvision.models``: from the environment, or else from ``TORCHVISION_BESIDE``.
+
+    The torchvision wheel on PyPI links CUDA builds of torch's libraries. Installed beside a CPU-only torch
+    it breaks ``import pytorch_lightning`` (torchmetrics imports torchvision whenever it is installed, and
+    torchvision's import stops at ``_meta_registrations``: ``operator torchvision::nms does not exist``).
+    There it lives in a folder of its own beside the environment, which only this test puts on ``sys.path``,
+    and the one module that registers meta kernels for its C++ operators is replaced by an empty one: the
+    model definitions are plain Python and use none of them. Where the extension loads (a CUDA torch,
+    torchvision's CPU wheel) nothing is replaced.
     """
+    if importlib.util.find_spec("torchvision") is None and TORCHVISION_BESIDE.is_dir():
+        sys.path.append(str(TORCHVISION_BESIDE))
     try:
         import torchvision.models as models
     except ImportError:
-        pytest.skip("torchvision is not installed (it is a test extra: pip install '.[dev]')", allow_module_level=True)
+        pytest.skip(f"torchvision is not installed: pip install --no-deps --target {TORCHVISION_BESIDE} "
+                    "torchvision==0.28.0 (README, The model zoo)", allow_module_level=True)
     except RuntimeError as exc:
         if "torchvision::" not in str(exc):
             raise
