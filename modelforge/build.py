@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from modelforge.errors import ConfigError, closest_names
 from modelforge.layers.initializers import INIT_RULES, initialize, make_initializer
 from modelforge.layers.kwargs import accepted_kwargs, check_kwargs
 from modelforge.models.conf_store import DEFAULTS_GROUP
+from modelforge.models.definitions import ModelFiles
 from modelforge.registry import MODELS
 
 
@@ -27,8 +29,30 @@ def _check_init(init: Mapping[str, Any], path: str) -> None:
         make_initializer(spec, f"{path}.{key}")
 
 
+@contextlib.contextmanager
+def naming_definitions(files: ModelFiles | None = None, path: str = "model") -> Iterator[None]:
+    """An error inside a composite block gets the file and line that define the block (``files``: those of
+    the model; by default the Hydra run's, if one is in progress)."""
+    try:
+        yield
+    except ConfigError as exc:
+        files = files or ModelFiles.of_hydra_run()
+        where = files.locate(exc.path, path) if files is not None else None
+        if where is None or "defined at" in exc.problem:
+            raise
+        exc.problem = f"{exc.problem} (defined at {where})"
+        exc.args = (str(ConfigError(exc.path, exc.problem, allowed=exc.allowed, suggestions=exc.suggestions,
+                                    hint=exc.hint)),)
+        raise
+
+
 def validate_model_config(cfg: Mapping[str, Any], path: str = "model") -> Any:
     """Check a model config (plain mapping) and return its filled schema instance (or dict)."""
+    with naming_definitions(path=path):
+        return _validated(cfg, path)
+
+
+def _validated(cfg: Mapping[str, Any], path: str) -> Any:
     if "name" not in cfg:
         raise ConfigError(f"{path}.name", "missing: which model to build", allowed=MODELS.names())
     name = cfg["name"]
@@ -72,7 +96,10 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
         path = Path(cfg).resolve()
         return create_model(path.stem, config_dir=path.parent.parent, seed=seed)
     plain = drop_signature_defaults(plain, str(cfg) if isinstance(cfg, (str, Path)) else "model")
-    return build_checked_model(validate_model_config(plain), seed=seed)
+    files = ModelFiles(str(cfg), ()) if isinstance(cfg, (str, Path)) else None
+    with naming_definitions(files):
+        checked = validate_model_config(plain)
+    return build_checked_model(checked, seed=seed, files=files)
 
 
 def create_model(
@@ -112,11 +139,14 @@ def create_model(
     finally:
         if saved is not None:
             GlobalHydra.instance().initialize(saved)
-    return build_model(model_config_from_run(cfg), seed=seed)
+    folders = (conf_dir(), *([Path(config_dir).resolve()] if config_dir is not None else []))  # Hydra's order
+    with naming_definitions(ModelFiles(name, folders)):
+        return build_model(model_config_from_run(cfg), seed=seed)
 
 
-def build_checked_model(checked: Any, *, seed: int | None = None) -> nn.Module:
-    """:func:`build_model` of a config that :func:`validate_model_config` returned (not checked again)."""
+def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFiles | None = None) -> nn.Module:
+    """:func:`build_model` of a config that :func:`validate_model_config` returned (not checked again);
+    ``files``: where the model's composites are written, for errors (the Hydra run's by default)."""
     values = dict(checked) if isinstance(checked, Mapping) else {
         f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)  # no deep copy: plain values
     }
@@ -124,7 +154,7 @@ def build_checked_model(checked: Any, *, seed: int | None = None) -> nn.Module:
     factory = MODELS.get(name)
     takes_init = "init" in (accepted_kwargs(factory) or ())
     init = {} if takes_init else values.pop("init", None) or {}
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), naming_definitions(files):
         if seed is not None:
             torch.manual_seed(seed)
         model = factory(**values)
@@ -149,6 +179,15 @@ def drop_signature_defaults(cfg: dict[str, Any], where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: defaults", f"build_model reads one file; it cannot compose {others}",
                           hint="compose the config with Hydra, then pass the model config")
     return {k: v for k, v in cfg.items() if k != "defaults"}
+
+
+def model_label(cfg: Mapping[str, Any], files: ModelFiles | None = None) -> str:
+    """How a run names its model: ``cnn``, or the model file a graph was composed from (``resnet18``,
+    ``configs/my.yaml`` -> ``my``) with its scale (``yolov8_cls (scale s)``). ``files``: the Hydra run's by default."""
+    name = str(cfg.get("name"))
+    files = files or ModelFiles.of_hydra_run()
+    label = Path(files.model).stem if files is not None and name == "graph" else name
+    return f"{label} (scale {cfg['scale']})" if cfg.get("scales") and cfg.get("scale") is not None else label
 
 
 def model_config_from_run(run_cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:

@@ -121,3 +121,26 @@ def test_a_layer_of_unknown_kind_is_counted_by_flop_counter() -> None:
     model = nn.Sequential(nn.Linear(4, 6), Bilinear())
     assert not _countable(model[1])
     assert count_macs(model, (4,)) == (4 * 6 + 6 * 6, {"0": 24, "1": 36})
+
+
+@pytest.mark.parametrize(("args", "label", "params"), [
+    (["model=yolov8_cls", "model.scale=s"], "yolov8_cls (scale s)", "5,092,970"), (["model=lenet5"], "lenet5", "61,706"),
+    (["model=cnn"], "cnn", "421,834")])
+def test_summary_names_a_zoo_model_by_its_file_and_scale(run_main, args: list[str], label: str, params: str) -> None:
+    result = run_main("summary", *args)
+    assert result.returncode == 0, result.stderr
+    assert f"\nModel: {label}\nInput shape: [1, 28, 28]" in result.stdout
+    assert f"Total params: {params}" in result.stdout
+
+
+def test_the_model_line_of_a_graph_is_its_files_name() -> None:
+    from modelforge.build import model_label
+    from modelforge.models.definitions import ModelFiles
+
+    model = create_model("yolov8_cls", ["scale=m"], seed=0)
+    cfg = {"name": "graph", "scales": {"m": [0.67, 0.75, 1024]}, "scale": "m"}
+    label = model_label(cfg, ModelFiles("yolov8_cls", ()))
+    assert describe_model(model, model.input_shape, label, macs=7) == \
+        f"yolov8_cls (scale m): {sum(p.numel() for p in model.parameters()):,} params, 7 MACs per sample, input [1, 28, 28]"
+    assert model_label({"name": "graph"}, ModelFiles("configs/my_net.yaml", ())) == "my_net"
+    assert model_label({"name": "graph"}) == "graph" and model_label({"name": "cnn"}, ModelFiles("cnn", ())) == "cnn"

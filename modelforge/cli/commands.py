@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig
 
-from modelforge.build import build_model, model_config_from_run
+from modelforge.build import build_model, model_config_from_run, model_label
 from modelforge.cli.run_checks import take_validated
 from modelforge.config import conf_dir, load_yaml_file, to_plain
 from modelforge.errors import UnknownNameError
@@ -50,9 +50,11 @@ def summary_task(cfg: DictConfig) -> None:
         for plugin in plugins:
             attached.enter_context(plugin.attach(model, run_dir=Path.cwd()))
         rows = summary.summarize(model, model.input_shape, batch_size=cfg.batch_size)
-    print(model, summary.format_summary(model, rows, model.input_shape, expand=bool(options.get("expand"))), sep="\n\n")
+    label = model_label(model_cfg)  # resnet18, yolov8_cls (scale s): the model file, not "graph"
+    print(model, summary.format_summary(model, rows, model.input_shape, expand=bool(options.get("expand")), name=label),
+          sep="\n\n")
     if options.get("graph"):  # summary.graph=model.svg: the module graph, skips drawn as arcs
-        drawn = model_graph.draw_model_graph(model, model.input_shape, options["graph"], title=model_cfg["name"])
+        drawn = model_graph.draw_model_graph(model, model.input_shape, options["graph"], title=label)
         print(f"module graph written to {drawn}")
 
 

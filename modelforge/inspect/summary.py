@@ -14,6 +14,7 @@ from modelforge.inspect.flops import (
     forward_macs,
     zeros_forward,
 )
+from modelforge.models.graph import GraphModel
 from modelforge.models.shapes import describe_output
 
 
@@ -78,8 +79,9 @@ def _collapsed(rows: list[LayerRow]) -> list[LayerRow]:
     return kept
 
 
-def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[int, ...], expand: bool = False) -> str:
-    """Render summary rows as an indented table with the totals at the end.
+def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[int, ...], expand: bool = False,
+                   name: str | None = None) -> str:
+    """Render summary rows as an indented table with the totals at the end (``name``: the model's, first).
 
     A composite block is one row (its block name as the type) unless ``expand``.
     """
@@ -99,6 +101,7 @@ def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[in
     size_mb = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]) / 2**20
     rule = "-" * len(line(header))
     return "\n".join([
+        *([f"Model: {name}"] if name else []),
         f"Input shape: {list(input_shape)} (batch dimension first in the shapes below)",
         rule, line(header), rule, *[line(r) for r in table], rule,
         f"Trainable params: {trainable:,}",
@@ -115,10 +118,15 @@ def format_summary(model: nn.Module, rows: list[LayerRow], input_shape: tuple[in
 
 def describe_model(model: nn.Module, input_shape: tuple[int, ...], name: str | None = None,
                    macs: int | None = None) -> str:
-    """One line: ``cnn (CNN): 421,834 params, 4.24 M MACs per sample, input [1, 28, 28]`` (``macs``: counted already)."""
+    """One line: ``cnn (CNN): 421,834 params, 4.24 M MACs per sample, input [1, 28, 28]`` (``macs``: counted already).
+
+    A graph model is named by ``name`` alone (``resnet18``, ``yolov8_cls (scale s)``: see
+    :func:`modelforge.build.model_label`): its class, GraphModel, says no more than "graph".
+    """
     from modelforge.inspect.flops import count_macs
 
     total = count_macs(model, input_shape)[0] if macs is None else macs
     params = sum(p.numel() for p in model.parameters())
-    label = f"{name} ({type(model).__name__})" if name else type(model).__name__
+    kind = type(model).__name__
+    label = (name if isinstance(model, GraphModel) else f"{name} ({kind})") if name else kind
     return f"{label}: {params:,} params, {format_macs(total)} MACs per sample, input {list(input_shape)}"

@@ -120,7 +120,7 @@ class Pool(nn.Module):
         return f"kind={self.kind}, size={self.size}"
 
 
-BLOCKS.add("flatten", nn.Flatten, description="Flatten all but the batch dimension")
+BLOCKS.add("flatten", nn.Flatten, description="Flatten all but the batch dimension (nn.Flatten: start_dim=1, end_dim=-1)")
 BLOCKS.add("global_avg_pool", lambda: nn.AdaptiveAvgPool2d(1), description="Average each channel to 1x1")
 BLOCKS.add("dropout", nn.Dropout, description="Dropout with probability p")
 BLOCKS.add("activation", make_activation, description="A lone activation, e.g. {spec: relu}")

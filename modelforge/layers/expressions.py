@@ -64,6 +64,16 @@ def resolve_string(text: str, names: Mapping[str, Any], path: str) -> Any:
     return _evaluate_tree(tree, text, names, path)
 
 
+def names_in(value: Any) -> set[str]:
+    """The parameter names an argument's expressions mention (none for a number or a plain word)."""
+    if isinstance(value, Mapping):
+        return set().union(*(names_in(v) for v in value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(*(names_in(v) for v in value))
+    tree = _parse(value) if isinstance(value, str) else None
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} if tree is not None else set()
+
+
 def evaluate(text: str, names: Mapping[str, Any], path: str) -> Any:
     """The value of expression ``text`` with ``names`` in scope; errors name ``path`` and the text."""
     tree = _parse(text)

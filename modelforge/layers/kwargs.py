@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -90,3 +91,30 @@ def split_spec(spec: Any, path: str, what: str) -> tuple[Any, dict[str, Any]]:
         f"expected a {what} name or mapping, got {type(spec).__name__} {spec!r}",
         allowed=f"a {what} name, or {{name: ..., <options>}}",
     )
+
+
+# Whole-number arguments of torch.nn classes whose signatures carry no annotations (MultiheadAttention, RNNs).
+_WHOLE_NUMBER_NAMES = frozenset({
+    "out_channels", "out_features", "hidden_size", "num_layers", "proj_size", "num_heads", "embed_dim", "kdim",
+    "vdim", "d_model", "nhead", "dim_feedforward", "num_embeddings", "embedding_dim", "groups", "num_groups"})
+
+
+def _is_int(annotation: Any) -> bool:
+    """An annotation that admits whole numbers but no float and no string (Conv2d's padding takes "same")."""
+    if isinstance(annotation, str):  # postponed annotations: "int", "int | None"
+        parts = {part.strip() for part in annotation.split("|")}
+        return "int" in parts and not parts & {"float", "str", "Any"}
+    if annotation is int:
+        return True
+    args = typing.get_args(annotation)
+    return int in args and float not in args and str not in args
+
+
+@functools.lru_cache(maxsize=1024)
+def whole_number_params(factory: Callable) -> frozenset[str]:
+    """The arguments of ``factory`` that take whole numbers (by annotation, or by a torch.nn width's name)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return _WHOLE_NUMBER_NAMES
+    return frozenset(p.name for p in params if _is_int(p.annotation)) | _WHOLE_NUMBER_NAMES

@@ -21,8 +21,10 @@ from modelforge.registry import BLOCKS
 @BLOCKS.register("parameter")
 @counts_from_children
 class LearnedTensor(nn.Module):
-    """A learnable tensor of `shape`, filled by `init` (an initializer: zeros, ones, {name: constant, val: ...},
-    {name: trunc_normal, std: ...}); reads no input (inputs: [])."""
+    """A learnable tensor of `shape`, filled by `init` (zeros unless told); reads no input (inputs: []).
+
+    ``init`` is an initializer: ``ones``, ``{name: constant, val: 1.0e-6}``, ``{name: trunc_normal, std: 0.02}``.
+    """
 
     def __init__(self, shape: list[int], init: Any = "zeros") -> None:
         super().__init__()

@@ -16,7 +16,7 @@ from torch import nn
 
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
 from modelforge.layers.kwargs import accepted_kwargs
-from modelforge.registry import BLOCKS
+from modelforge.registry import ACTIVATIONS, BLOCKS
 
 TORCH_NN_PREFIXES = ("torch.nn.", "nn.")
 
@@ -65,9 +65,13 @@ def resolve_block(name: Any, path: str, composites: Collection[str] = ()) -> Cal
                 "a config may name only those (modelforge never imports a module a config names)",
                 allowed="a name from `python -m modelforge list blocks`, or nn.<Module> such as nn.Conv2d",
             )
-        if name not in BLOCKS.names() and f"nn.{name}" in torch_nn_modules():
-            raise ConfigError(path, f"unknown block {name!r}", suggestions=[f"nn.{name}"],
-                              allowed=[*BLOCKS.names(), "nn.<any torch.nn module>"])
+        torch_name = {n.lower(): n for n in torch_nn_modules()}.get(f"nn.{name}".lower())
+        if name not in BLOCKS.names() and torch_name is not None:  # relu -> nn.ReLU, batchnorm2d -> nn.BatchNorm2d
+            activation = name in ACTIVATIONS.names(plugins=False)
+            raise ConfigError(path, f"unknown block {name!r}", suggestions=[torch_name],
+                              allowed=[*BLOCKS.names(), "nn.<any torch.nn module>"],
+                              hint=f"the activation {name!r} is also {{block: activation, args: {{spec: {name}}}}}"
+                                   if activation else None)
         if name not in BLOCKS and composites:
             BLOCKS.names()  # loads plugins, which may register the name
             if name not in BLOCKS:

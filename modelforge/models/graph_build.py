@@ -18,12 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from modelforge.config import require_positive
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
 from modelforge.layers.expressions import evaluate, resolve_args
-from modelforge.layers.kwargs import check_kwargs
+from modelforge.layers.kwargs import check_kwargs, whole_number_params
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
+from modelforge.models.graph_bounds import Bounds, repeat_count
 from modelforge.models.graph_spec import (
     INPUT,
     REQUIRED,
@@ -32,7 +32,7 @@ from modelforge.models.graph_spec import (
     NodeTable,
     Ref,
 )
-from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale
+from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale, scale_widths
 from modelforge.models.shapes import describe_output
 
 Source = tuple[str, tuple[int, ...]]  # a node (or "input") and the indices into its output
@@ -119,6 +119,17 @@ def _max_inputs(kind: type) -> int | None:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
+def _check_whole_numbers(factory: Any, args: Mapping[str, Any], written: Mapping[str, Any], path: str) -> None:
+    """A width or count that an expression (or the YAML) made a float, named before torch fails on it."""
+    for key in whole_number_params(factory) & args.keys():
+        value, raw = args[key], written.get(key)
+        if isinstance(value, (float, str)):
+            said = f"expression {raw!r} is {value!r}," if isinstance(raw, str) and raw != value else f"{value!r} is"
+            how = ("compute it with // and whole numbers (c * 3 // 2 rather than c * 1.5)" if isinstance(value, float)
+                   else "a word that names no parameter stays a word (is a parameter's name misspelt?)")
+            raise ConfigError(f"{path}.{key}", f"{said} not a whole number", hint=f"{key} takes a whole number: {how}")
+
+
 def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: list[str], shapes: list[Any],
                   described: str, path: str) -> None:
     """The number of inputs a block's forward takes, and the shapes its ``check_shapes`` accepts."""
@@ -142,9 +153,11 @@ def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: l
 class GraphBuilder:
     """Builds node tables with the model's composites and scale; one builder per model."""
 
-    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY) -> None:
+    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY, bounds: Bounds = Bounds()) -> None:
         self.composites = composites
         self.scale = scale
+        self.bounds = bounds
+        self.built = 0  # nodes built so far, copies and composite parts included
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph") -> tuple[Graph, Any]:
@@ -206,13 +219,11 @@ class GraphBuilder:
         return bool(node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when"))
 
     def _repeats(self, node: NodeConfig, names: Mapping[str, Any], top: bool, path: str) -> int | None:
-        if node.repeat is None:
-            return None
-        count = evaluate(node.repeat, names, f"{path}.repeat") if isinstance(node.repeat, str) else node.repeat
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise ConfigError(f"{path}.repeat", f"expected a whole number of copies, got {count!r}")
-        require_positive(count, f"{path}.repeat")
-        return self.scale.repeats(count) if top else count
+        count = repeat_count(node, names, path)
+        if count is not None:
+            count = self.scale.repeats(count) if top else count
+            self.bounds.check_repeat(count, f"{path}.repeat")
+        return count
 
     def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any],
               names: Mapping[str, Any], top: bool, keep_all: bool, path: str) -> tuple[nn.Module, Any]:
@@ -232,13 +243,18 @@ class GraphBuilder:
         if composite is not None and composite.config.repeats and count is not None:
             fixed_args[composite.config.repeats] = count  # the count goes inside (C2f's bottlenecks)
             count = None
+        widths = (WIDTH_ARG, *(composite.config.widths if composite is not None else ()))
         copies, outputs = [], []
         for i in range(count or 1):
+            self.built += 1
+            self.bounds.check_built(self.built, path)
             scope = {**names, "index": i} if count is not None else names
             args = {**resolve_args(node.args, scope, f"{path}.args"), **fixed_args}
-            if top and isinstance(args.get(WIDTH_ARG), int):
-                args[WIDTH_ARG] = self.scale.channels(args[WIDTH_ARG])
+            if top:
+                args = scale_widths(self.scale, args, node.args, widths)
             copy_path = f"{path}[{i}]" if count is not None else path
+            if factory is not None:
+                _check_whole_numbers(factory, args, node.args, f"{path}.args")
             if composite is not None:
                 module, out = self._composite(composite, args, inputs, path, copy_path)
             else:
@@ -269,7 +285,10 @@ class GraphBuilder:
                               suggestions=exc.suggestions, hint=exc.hint) from None
         except (ModelforgeError, TypeError, ValueError, RuntimeError, AssertionError) as exc:  # torch.nn's own checks
             problem = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise ConfigError(path, f"node {name!r} ({block_name}): {problem}", hint=tuple_hint) from None
+            if tuples:  # widths are not inferred from a tuple: that is the problem to name
+                problem = f"does not fit its input {described}: {problem}"
+            raise ConfigError(path, f"node {name!r} ({block_name}){'' if tuples else ':'} {problem}",
+                              hint=tuple_hint) from None
         _check_inputs(name, block_name, block, labels, shapes, described, path)
         try:
             with torch.no_grad():

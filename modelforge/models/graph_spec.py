@@ -7,7 +7,9 @@ node's output: ``lstm.0`` (element 0 of a tuple), ``lstm.1.0`` (nested),
 composite block is a node table with ``params`` (name -> default; ``???``
 means required), an ``output``, a one-line ``description`` and optionally
 ``repeats: <param>``, the parameter that receives a node's ``repeat`` count
-(ultralytics' C2f: the count of inner bottlenecks) instead of stacking copies.
+(ultralytics' C2f: the count of inner bottlenecks) instead of stacking copies,
+and ``widths: [<param>, ...]``, the parameters a model's ``scales`` scale as
+they scale ``out_channels``.
 A node's ``when`` (a condition over the parameters) leaves the node out when
 false: whatever reads it reads the node's first input instead (a ResNet
 projection shortcut that exists only when the shape changes; a residual ``add``
@@ -57,6 +59,7 @@ class CompositeConfig:
     output: str | list[str] | None = None
     description: str = ""
     repeats: str | None = None
+    widths: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,11 @@ def parse_blocks(blocks: Mapping[Any, Any] | None, path: str) -> dict[str, Compo
         if config.repeats is not None and config.repeats not in config.params:
             raise ConfigError(f"{where}.repeats", f"{config.repeats!r} is not a parameter of {name!r}",
                               allowed=list(config.params), suggestions=closest_names(config.repeats, config.params))
+        config.widths = [str(w) for w in config.widths or []]
+        for i, width in enumerate(config.widths):
+            if width not in config.params:
+                raise ConfigError(f"{where}.widths[{i}]", f"{width!r} is not a parameter of {name!r}",
+                                  allowed=list(config.params), suggestions=closest_names(width, config.params))
         composites[name] = Composite(name, config, parse_table(config.nodes, config.output, where, is_block), where)
     _check_no_cycle(composites)
     return composites

@@ -6,7 +6,10 @@ the nodes of the model's own ``nodes`` table (a composite's inside follows from
 the arguments it is given):
 
 - a ``repeat`` count ``n > 1`` becomes ``max(round(n * depth), 1)``; 1 stays 1;
-- an ``out_channels`` argument ``c`` becomes ``ceil(min(c, max_channels) * width / 8) * 8``.
+- a width ``c`` becomes ``ceil(min(c, max_channels) * width / 8) * 8``. The widths are the
+  ``out_channels`` argument of any block and the parameters a composite lists in its ``widths``;
+- a width written from ``n_classes`` (``out_channels: n_classes``, a classifier's 1x1-conv head) is
+  never scaled: the class count is the data's (as ultralytics exempts ``nc``).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from typing import Any
 
 from modelforge.config import check_type, require_positive
 from modelforge.errors import ConfigError, closest_names
+from modelforge.layers.expressions import names_in
 
-WIDTH_ARG = "out_channels"
+WIDTH_ARG = "out_channels"  # the width argument of every block; a composite names more in its `widths`
+CLASS_COUNT = "n_classes"  # a width written from it is the data's class count: never scaled
 CHANNEL_MULTIPLE = 8
 
 
@@ -42,6 +47,16 @@ class Scale:
 
 
 IDENTITY = Scale()
+
+
+def scale_widths(scale: Scale, args: dict[str, Any], written: Mapping[str, Any], widths: tuple[str, ...]) -> dict[str, Any]:
+    """``args`` (resolved) with each width in ``widths`` scaled, unless it was ``written`` from ``n_classes``."""
+    scaled = dict(args)
+    for key in widths:
+        value = scaled.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and CLASS_COUNT not in names_in(written.get(key)):
+            scaled[key] = scale.channels(value)
+    return scaled
 
 
 def _one_scale(spec: Any, path: str) -> Scale:
@@ -78,6 +93,7 @@ def choose_scale(scales: Mapping[str, Any] | None, scale: str | None, path: str 
         raise ConfigError(f"{path}.scale", f"this model has no scales table, so scale {scale!r} means nothing",
                           hint=f"remove {path}.scale, or add a `scales` table to the model file")
     if str(scale) not in table:
+        same_but_case = [name for name in table if name.lower() == str(scale).lower()]  # N -> n
         raise ConfigError(f"{path}.scale", f"unknown scale {scale!r}", allowed=list(table),
-                          suggestions=closest_names(str(scale), table))
+                          suggestions=same_but_case or closest_names(str(scale), table))
     return table[str(scale)]

@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from modelforge.build import build_model
+from modelforge.build import build_model, model_label
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
 from modelforge.deploy.load import check_fits, load_checkpoint, model_weights
@@ -141,7 +141,7 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
     model, monitor = module.model, run.monitor
     macs = count_macs(model, model.input_shape)[0]  # per sample; also an objective a search may name
     # Built models know their input shape; the one line replaces Lightning's table.
-    log.info("model %s", describe_model(model, model.input_shape, run.config["model"].get("name"), macs=macs))
+    log.info("model %s", describe_model(model, model.input_shape, model_label(run.config["model"]), macs=macs))
     device = describe_device(trainer)
     log.info("device: %s (%s) x%d, precision %s", device["accelerator"], device["name"], device["devices"],
              device["precision"])

@@ -43,8 +43,8 @@ def test_list_one_registry_with_descriptions(run_main) -> None:
 
 
 def test_list_glob(run_main) -> None:
-    result = run_main("list", "blocks", "conv*")
-    assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["conv"]
+    result = run_main("list", "blocks", "conv*")  # the conv block, and conf/blocks' convnext_block
+    assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["conv", "composite", "convnext_block(expansion=4,"]
 
 
 def test_list_unknown_registry(run_main) -> None:

@@ -101,7 +101,7 @@ def test_lstm_parts_and_self_attention_with_three_inputs() -> None:
                 "inputs": ["h", "pick"]},
         "pick": {"block": "select", "args": {"index": 0, "dim": 1}, "inputs": ["attn.0"]},
     }
-    model = build_model(graph(nodes, output="mix"), seed=0)
+    model = build_model(graph(nodes, output="mix", n_classes=5), seed=0)
     assert model.nodes.lstm.input_size == 8 and model.nodes.attn.embed_dim == 12
     assert model.nodes.mix.in1_features == 12 and model.nodes.mix.in2_features == 12
     assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 5)

@@ -42,7 +42,7 @@ def test_widths_are_inferred_for_concat() -> None:
         "c": {"block": "conv", "args": {"out_channels": 2}},
         "flat": {"block": "flatten"},
         "head": {"block": "linear", "args": {"out_features": 3}},
-    }))
+    }, n_classes=3))
     assert model.nodes["c"][0].in_channels == 10
     assert model.nodes["head"][0].in_features == 2 * 8 * 8
 
@@ -88,5 +88,5 @@ def test_dangling_node_is_an_error() -> None:
 
 
 def test_graph_from_omegaconf() -> None:
-    cfg = OmegaConf.create(_graph({"a": {"block": "flatten"}}))
+    cfg = OmegaConf.create(_graph({"a": {"block": "flatten"}}, n_classes=64))
     assert build_model(cfg)(torch.randn(1, 1, 8, 8)).shape == (1, 64)

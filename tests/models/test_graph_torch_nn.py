@@ -28,7 +28,7 @@ def test_torch_nn_nodes_infer_their_widths() -> None:
         "flat": {"block": "nn.Flatten"},
         "bn1": {"block": "nn.BatchNorm1d"},
         "head": {"block": "nn.Linear", "args": {"out_features": 3}},
-    }))
+    }, n_classes=3))
     nodes = model.nodes
     assert (nodes["conv"].in_channels, nodes["conv"].out_channels) == (1, 6)
     assert nodes["bn"].num_features == 6 and nodes["gn"].num_channels == 6
