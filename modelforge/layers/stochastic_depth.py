@@ -21,8 +21,10 @@ MODES = ("row", "batch")
 @BLOCKS.register("stochastic_depth")
 @counts_from_children
 class StochasticDepth(nn.Module):
-    """Zero the input with probability `p` per sample (mode row) or for the whole batch (mode batch) in training,
-    scaling what is kept by 1 / (1 - p); the identity in eval mode."""
+    """In training, zero the input with probability `p` per sample (mode row) or per batch (batch), the rest times 1/(1-p)
+
+    The identity in eval mode and at p = 0.
+    """
 
     def __init__(self, p: float, mode: str = "row") -> None:
         super().__init__()
