@@ -3,7 +3,7 @@
 For each model, ``torchvision.models.<name>(weights=None)`` at its own definition (3 channels, 1000
 classes) and ``create_model(<name>, ...)`` at the same shape: the same parameter count, torchvision's
 weights (randomized, so that no part is a constant) copied into ours, the same output in eval mode
-(the largest difference is printed), and in train mode the same stochastic modules (dropout,
+(the largest difference is printed at the end of the run, tests/conftest.py), and in train mode the same stochastic modules (dropout,
 stochastic depth) run with the same probabilities in the same order, and give the same output for
 the same seed. The MNIST variants (1x28x28, 10 classes) build from the same files.
 
@@ -229,9 +229,6 @@ def pair(request: pytest.FixtureRequest) -> Pair:
     return Pair(request.param)
 
 
-def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
-    with capsys.disabled():
-        print(f"\n  {line}", end=" ")
 
 
 def test_parameter_count_equals_torchvision(pair: Pair) -> None:
@@ -239,18 +236,18 @@ def test_parameter_count_equals_torchvision(pair: Pair) -> None:
     assert n_params(pair.ours) == pair.params
 
 
-def test_eval_output_equals_torchvision(pair: Pair, capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_output_equals_torchvision(pair: Pair, record_property: Callable[[str, Any], None]) -> None:
     pair.reference.eval(), pair.ours.eval()
     with torch.no_grad():
         expected, got = pair.reference(pair.x), pair.ours(pair.x)
     assert got.shape == expected.shape == (2, 1000)
     assert (expected[0] - expected[1]).abs().max() > 1e-3, "the output does not depend on the input"
     scale, diff = expected.abs().max().item(), (got - expected).abs().max().item()
-    report(capsys, f"{pair.name} eval: max |ours - torchvision| {diff:.2e} (outputs up to {scale:.2f})")
+    record_property("summary", f"{pair.name} eval: max |ours - torchvision| {diff:.2e} (outputs up to {scale:.2f})")
     assert diff <= TOLERANCE * max(1.0, scale)
 
 
-def test_train_mode_drops_as_torchvision(pair: Pair, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_mode_drops_as_torchvision(pair: Pair, record_property: Callable[[str, Any], None]) -> None:
     """The same dropout and stochastic-depth modules run, in the same order, with the same probabilities;
     from one seed they draw the same masks, so train-mode outputs (BatchNorm on batch statistics) agree."""
     ours, theirs = stochastic_modules_run(pair.ours, pair.x), stochastic_modules_run(pair.reference, pair.x)
@@ -264,7 +261,7 @@ def test_train_mode_drops_as_torchvision(pair: Pair, capsys: pytest.CaptureFixtu
         got = model(pair.x)
     diff = (got - expected).abs().max().item()
     probabilities = sorted({p for _, p in theirs})
-    report(capsys, f"{pair.name} train: {len(theirs)} dropout/stochastic-depth modules run, p "
+    record_property("summary", f"{pair.name} train: {len(theirs)} dropout/stochastic-depth modules run, p "
                    f"{' to '.join(f'{p:.3g}' for p in probabilities[::max(1, len(probabilities) - 1)]) or '-'}; "
                    f"max |ours - torchvision| {diff:.2e}")
     assert diff <= TOLERANCE * max(1.0, expected.abs().max().item())
