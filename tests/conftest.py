@@ -131,3 +131,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _file_of(item: pytest.Item) -> str:
     return item.nodeid.partition("::")[0]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The lines tests recorded with ``record_property("summary", line)``, at the end of the run (the
+    torchvision parity tests' largest differences). Under xdist a worker's own output never reaches the
+    terminal; a test report's properties do."""
+    lines = [value for report in terminalreporter.stats.get("passed", [])
+             for name, value in getattr(report, "user_properties", []) if name == "summary"]
+    if lines:
+        terminalreporter.section("recorded by the tests")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -10,6 +10,13 @@ Two models, each side timed in one process, interleaved by ``run.py --only build
   same outputs as the build.
 - A chain of N ``nn.Linear(16, 16)`` graph nodes after a flatten node (the first Linear takes 64),
   ``build_model`` of a ``graph`` config vs ``nn.Sequential`` of the same layers, N = 250, 500, 1000.
+- ViT-B/16 and ConvNeXt-T at 3x224x224 and 1000 classes (``conf/model/vit_b_16.yaml``,
+  ``convnext_tiny.yaml``): ``build_model`` of the composed config vs torchvision's own constructor
+  (``torchvision.models.VisionTransformer`` / ``ConvNeXt``, what ``vit_b_16()`` / ``convnext_tiny()``
+  call, with its init), checked at their own depth to hold the same parameters and give the same
+  outputs (tests/models/test_torchvision_parity.py's weight copy), at their own depth and at twice it
+  (24 encoder layers; 18 blocks in ConvNeXt's third stage): time per graph node stays flat when
+  building is linear in nodes.
 
 modelforge builds a graph node by node, running a batch of two zeros through each node as it is
 built (the dry run that infers widths); plain construction does not, so each model has a third
@@ -166,3 +173,76 @@ def chain_sides(n: int) -> dict[str, Callable[[], dict[str, float]]]:
     return {PLAIN: lambda: _timed(lambda: plain_chain(n)),
             PLAIN_FORWARD: lambda: _timed(lambda: _forward_twos(plain_chain(n), CHAIN_INPUT)),
             CHAIN_BUILD: lambda: _timed(lambda: modelforge.build_model(cfg))}
+
+
+# ---------------------------------------------------------------- the torchvision sides
+TORCHVISION, TORCHVISION_FORWARD = "torchvision's constructor", "torchvision's constructor + one forward (2 zeros)"
+IMAGENET = ["in_channels=3", "n_classes=1000", "input_size=[224,224]"]
+IMAGE = (3, 224, 224)
+# model file: (the config key its depth is, torchvision's depth, the depths timed)
+DEPTHS = {"vit_b_16": ("params.depth", 12, (12, 24)), "convnext_tiny": ("nodes.stage3.repeat", 9, (9, 18))}
+
+
+def torchvision_models() -> Any:
+    """``torchvision.models``, imported as the parity test imports it (past a CUDA-built extension)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.models.test_torchvision_parity import tv_models
+
+    return tv_models
+
+
+def torchvision_model(name: str, depth: int) -> nn.Module:
+    """torchvision's ``vit_b_16()`` / ``convnext_tiny()`` (weights=None), with ``depth`` encoder layers /
+    third-stage blocks: the arguments those functions pass to the class, but that one."""
+    models = torchvision_models()
+    if name == "vit_b_16":
+        return models.VisionTransformer(image_size=224, patch_size=16, num_layers=depth, num_heads=12,
+                                        hidden_dim=768, mlp_dim=3072)
+    from torchvision.models.convnext import CNBlockConfig
+
+    stages = [CNBlockConfig(96, 192, 3), CNBlockConfig(192, 384, 3), CNBlockConfig(384, 768, depth),
+              CNBlockConfig(768, None, 3)]
+    return models.ConvNeXt(stages, stochastic_depth_prob=0.1)
+
+
+def compose_torchvision(name: str, depth: int) -> dict[str, Any]:
+    """The model config ``create_model(name, IMAGENET + [depth])`` composes."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from modelforge import model_config_from_run
+    from modelforge.config import conf_dir
+
+    key = DEPTHS[name][0]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("summary", overrides=[f"model={name}", *(f"model.{o}" for o in [*IMAGENET, f"{key}={depth}"])])
+    return model_config_from_run(cfg)
+
+
+def check_torchvision(name: str, cfg: dict[str, Any], depth: int) -> dict[str, int]:
+    """Built and torchvision's: the same parameters, and the same outputs once torchvision's are copied in
+    (at torchvision's own depth; at others, the same parameter count)."""
+    import modelforge
+    from tests.models.test_torchvision_parity import copy_torchvision_weights
+
+    built, reference = modelforge.build_model(cfg), torchvision_model(name, depth)
+    counts = {n: sum(p.numel() for p in m.parameters()) for n, m in (("built", built), ("torchvision", reference))}
+    assert len(set(counts.values())) == 1, f"{name} at depth {depth}: parameter counts differ: {counts}"
+    if depth == DEPTHS[name][1]:
+        x = torch.randn(2, *IMAGE)
+        copy_torchvision_weights(reference, built, x)
+        built.eval(), reference.eval()
+        with torch.no_grad():
+            assert torch.allclose(built(x), reference(x), atol=1e-5), f"{name} differs from torchvision's"
+    return {"params": counts["built"], "graph_nodes": graph_nodes(built), "leaf_modules": leaf_modules(built),
+            "torchvision_leaf_modules": leaf_modules(reference)}
+
+
+def torchvision_sides(name: str, cfg: dict[str, Any], depth: int) -> dict[str, Callable[[], dict[str, float]]]:
+    import modelforge
+
+    return {TORCHVISION: lambda: _timed(lambda: torchvision_model(name, depth)),
+            TORCHVISION_FORWARD: lambda: _timed(lambda: _forward_twos(torchvision_model(name, depth), IMAGE)),
+            BUILD: lambda: _timed(lambda: modelforge.build_model(cfg))}

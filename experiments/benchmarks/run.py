@@ -16,7 +16,8 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
   and vs ``import torch, hydra.main, omegaconf`` (what any Hydra app on torch imports before it starts).
 - ``build``: build time per node, ``create_model``/``build_model`` vs the same modules constructed in plain
   ``torch.nn`` (and plain + one forward, what modelforge's dry run costs): YOLOv8-cls x, and chains of
-  250/500/1000 ``nn.Linear`` graph nodes (bench_build.py).
+  250/500/1000 ``nn.Linear`` graph nodes; ViT-B/16 and ConvNeXt-T vs torchvision's constructor, at their
+  depth and twice it (bench_build.py).
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
 - ``gpu``: the GPU path (precisions, channels_last, compile, a large-batch recipe, DDP over NCCL,
@@ -297,7 +298,26 @@ def build(args: argparse.Namespace) -> dict:
         chains[str(n)] = {**shape, "figures": {side: summary(v["s"]) for side, v in values.items()},
                           "ratios": ratios(values)}
     return {"threads": torch.get_num_threads(), "yolo": yolo, "chain_rounds": chain_rounds,
-            "chain": f"flatten of {CHAIN_INPUT}, then N nn.Linear nodes of {CHAIN_WIDTH} outputs", "chains": chains}
+            "chain": f"flatten of {CHAIN_INPUT}, then N nn.Linear nodes of {CHAIN_WIDTH} outputs", "chains": chains,
+            "torchvision": build_torchvision(args)}
+
+
+def build_torchvision(args: argparse.Namespace) -> dict:
+    """ViT-B/16 and ConvNeXt-T: build_model vs torchvision's constructor, at their depth and at twice it."""
+    from bench_build import DEPTHS, TORCHVISION, TORCHVISION_FORWARD, check_torchvision, compose_torchvision, torchvision_sides
+
+    rounds, models = (2 if args.quick else 5), {}
+    for name, (key, _, depths) in DEPTHS.items():
+        for depth in depths:
+            cfg = compose_torchvision(name, depth)
+            shape = check_torchvision(name, cfg, depth)  # same parameters (and outputs at torchvision's depth)
+            values = interleaved(torchvision_sides(name, cfg, depth), rounds)
+            models[f"{name} {key}={depth}"] = {
+                **shape, "figures": {side: summary(v["s"]) for side, v in values.items()},
+                "ratios": {f"vs {base}": {side: summary([a / b for a, b in zip(v["s"], values[base]["s"])])
+                                          for side, v in values.items() if side != base}
+                           for base in (TORCHVISION, TORCHVISION_FORWARD)}}
+    return {"rounds": rounds, "models": models}
 
 
 # ---------------------------------------------------------------- time to 99%

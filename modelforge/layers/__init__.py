@@ -8,6 +8,7 @@ from modelforge.layers.arithmetic import Div, MatMul, Mul, Sub
 from modelforge.layers.blocks import Add, Concat, ConvBlock, LinearBlock, Pool
 from modelforge.layers.initializers import initialize, make_init_fn, make_initializer
 from modelforge.layers.learned import LearnedTensor
+from modelforge.layers.stochastic_depth import StochasticDepth
 from modelforge.layers.tensor_ops import (
     Chunk,
     ClassToken,
@@ -40,6 +41,7 @@ __all__ = [
     "Select",
     "Softmax",
     "Split",
+    "StochasticDepth",
     "Sub",
     "Transpose",
     "initialize",

@@ -5,7 +5,8 @@ scope (``out_channels * expansion``, ``out_channels // 2``, ``2 if index == 0
 else 1``). The grammar is deliberately tiny: integer and float literals,
 ``true``/``false``/``null``, parameter names, ``+ - * // %``, unary minus,
 comparisons, ``and``/``or``/``not``, ``x if c else y``, and the calls ``min``
-and ``max``. Anything else (attributes, subscripts, other calls, ``/``, ``**``)
+and ``max`` (of numbers, or of a list parameter's: ``min(input_size)``, the
+shorter side of the image). Anything else (attributes, subscripts, other calls, ``/``, ``**``)
 is an error naming the expression, so a config can never run code.
 
 A string with neither a parameter nor a number in it (``relu``, ``max``,
@@ -126,7 +127,13 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
             return walk(node.body) if walk(node.test) else walk(node.orelse)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
                 and node.args and not node.keywords):
-            return _CALLS[node.func.id](*(number(a) for a in node.args))
+            values: list[Any] = []
+            for arg in node.args:
+                value = walk(arg)
+                values.extend(value if isinstance(value, list) else [value])
+            if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+                raise fail(f"{node.func.id} takes numbers or a list of numbers, got {values!r}")
+            return _CALLS[node.func.id](*values)
         raise fail(f"{ast.unparse(node)!r} is not allowed", allowed=ALLOWED)
 
     return walk(tree)
