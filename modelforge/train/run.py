@@ -188,7 +188,7 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
                            global_step=trainer.global_step, status="finished", timings=phases.record())
             metrics.update(ended_by)
             if run.config.get("curves") and trainer.is_global_zero:  # after training: never on its steps
-                metrics.update(write_learning_curves(run_dir, f"{run.config['model'].get('name')}  {run_dir}"))
+                metrics.update(write_learning_curves(run_dir, f"{model_label(run.config['model'])}  {run_dir}"))
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
             metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
@@ -258,7 +258,7 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
         drawn = write_confusion_matrix(confusion.counts, run_dir.absolute(), getattr(datamodule, "class_names", ()),
-                                       f"{stored['model'].get('name')}  test/acc {metrics.get('test/acc', 0):.4f}")
+                                       f"{model_label(stored['model'])}  test/acc {metrics.get('test/acc', 0):.4f}")
         write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"]),
                                                    "weights": averaging or "trained",
                                                    "hooks": plain.get("hooks") or {}, **drawn})

@@ -133,11 +133,13 @@ def test_a_scaled_model_keeps_10_outputs_and_scales_the_composites_widths(run_ma
 
 
 @pytest.mark.parametrize("scale", ["n", "x"])
-def test_a_scaled_model_with_a_conv_head_trains(project: Path, scale: str) -> None:
-    result = run_cli(
+def test_a_scaled_model_with_a_conv_head_trains(run_main, monkeypatch: pytest.MonkeyPatch, project: Path,
+                                                scale: str) -> None:
+    monkeypatch.setenv("MODELFORGE_DATA", str(project / "mnist"))
+    result = run_main(
         "train", "--config-dir", "configs", "model=scaled", f"model.scale={scale}", "trainer.fast_dev_run=true",
         "data.val_size=32", "data.verify=false", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false",
-        f"hydra.run.dir=run_{scale}", cwd=project, env={"MODELFORGE_DATA": str(project / "mnist")})
+        "curves=false", f"hydra.run.dir=run_{scale}", cwd=project)
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(rf"model scaled \(scale {scale}\): [0-9,]+ params, ", result.stdout + result.stderr)
 
