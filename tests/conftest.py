@@ -31,6 +31,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 _TEST_CACHE = tempfile.mkdtemp(prefix="mf_test_xdg_cache_")
 os.environ["XDG_CACHE_HOME"] = _TEST_CACHE
 atexit.register(shutil.rmtree, _TEST_CACHE, ignore_errors=True)
+# The model options the package ships, as Hydra lists them (sorted, comma-separated).
+SHIPPED_MODELS = ", ".join(sorted(path.stem for path in (REPO / "conf" / "model").glob("*.yaml")))
+
 REAL_MNIST = Path(os.environ.get("MODELFORGE_REAL_MNIST", REPO.parent / "shared" / "datasets" / "mnist"))
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from tests.conftest import SHIPPED_MODELS
+
 
 def test_help_names_commands_and_config_groups(run_main) -> None:
     result = run_main("--help")
     assert result.returncode == 0
-    for word in ("train", "eval", "summary", "list", "model", "cnn, graph, graph_nn, lenet5, lstm, mlp, resnet18, resnet34, seed_cnn, vit_tiny, yolov8_cls", "optim", "hooks"):
+    for word in ("train", "eval", "summary", "list", "model", SHIPPED_MODELS, "optim", "hooks"):
         assert word in result.stdout
     groups = [line.split()[0] for line in result.stdout.split("config groups")[1].splitlines()[1:] if line.strip()]
     assert "hydra" not in groups  # conf/hydra only extends Hydra's own groups
@@ -43,8 +45,10 @@ def test_list_one_registry_with_descriptions(run_main) -> None:
 
 
 def test_list_glob(run_main) -> None:
-    result = run_main("list", "blocks", "conv*")  # the conv block, and conf/blocks' convnext_block
-    assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["conv", "composite", "convnext_block(expansion=4,"]
+    result = run_main("list", "blocks", "conv*")  # the conv block, and conf/blocks' composites whose names match
+    names = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    assert names == ["conv", "composite", "convnext_block(expansion=4,", "convnext_downsample(out_channels)",
+                     "conv_norm_act(out_channels,"]
 
 
 def test_list_unknown_registry(run_main) -> None:
