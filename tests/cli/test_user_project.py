@@ -99,6 +99,7 @@ def test_summary_of_the_users_model_with_the_plugin_block(project: Path) -> None
     assert "act=square" in result.stdout
 
 
+@pytest.mark.slow  # 16 s: two trainings; tests/test_readme_commands.py composes both commands by default
 def test_model_file_path_and_an_own_experiment_train(project: Path) -> None:
     tiny = ["data.val_size=32", "data.verify=false", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false"]
     by_path = run_cli("summary", "model=configs/model/my_model.yaml", cwd=project, env=_env(project))

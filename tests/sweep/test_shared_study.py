@@ -29,7 +29,8 @@ def start_search(tmp_path: Path, name: str, storage: str, tiny_args: list[str]) 
     return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture(params=["journal", "postgresql"])
+@pytest.fixture(params=[pytest.param("journal", marks=pytest.mark.slow), "postgresql"])  # journal: 23 s, and
+# test_dead_worker runs two processes on a journal study by default
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "journal":
         return f"journal:{tmp_path / 'shared_fs' / 'study.log'}"

@@ -82,6 +82,7 @@ def test_a_failed_optuna_trial_does_not_stop_the_search(sweep_here, tmp_path: Pa
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 16 s: test_a_failed_optuna_trial_does_not_stop_the_search is the default run's
 def test_a_failed_trial_in_a_parallel_optuna_search_fails_the_command(sweep, tmp_path: Path) -> None:
     # Joblib ends each job in a worker process: the failure is known to the parent from the job's metrics.json.
     result = sweep("hparams_search=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib",
@@ -93,7 +94,8 @@ def test_a_failed_trial_in_a_parallel_optuna_search_fails_the_command(sweep, tmp
 
 @pytest.mark.parametrize(("launcher", "says"), [
     (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], "Joblib.Parallel(n_jobs=2"),
-    (["hydra/launcher=submitit_local"], "Submitit 'local' sweep output dir"),  # the SLURM launcher's code path
+    pytest.param(["hydra/launcher=submitit_local"], "Submitit 'local' sweep output dir",  # the SLURM launcher's path
+                 marks=pytest.mark.slow),  # 24 s; joblib keeps jobs-in-other-processes in the default run
 ])
 @pytest.mark.e2e
 def test_launchers_run_jobs_in_other_processes(sweep, tmp_path: Path, launcher: list[str], says: str) -> None:

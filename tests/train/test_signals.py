@@ -22,7 +22,7 @@ ENDLESS = ("model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=100000", 
 @pytest.mark.e2e
 @pytest.mark.parametrize(("signum", "status", "code"), [
     (signal.SIGTERM, "terminated", 143),
-    (signal.SIGINT, "interrupted", 130),
+    pytest.param(signal.SIGINT, "interrupted", 130, marks=pytest.mark.slow),  # 10 s: the same path as SIGTERM's
 ])
 def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_signal(
         signum: int, status: str, code: int, run_main, tiny_mnist: Path, tmp_path: Path) -> None:

@@ -109,6 +109,7 @@ def test_srun_tasks_are_read_as_lightning_reads_them(tiny_mnist: Path, monkeypat
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 11 s: the srun signal and dead-task tests stay in the default run
 def test_two_srun_tasks_train_one_run_in_one_dir(tiny_mnist: Path, tmp_path: Path) -> None:
     # Task 1 starts 1.5 s before task 0: its clock's time (and its random suffix) would name another directory.
     procs = _start_tasks(tmp_path, *tiny_cli_args(tiny_mnist), *DDP, "trainer.max_epochs=2", delay_s=1.5)

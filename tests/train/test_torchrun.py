@@ -113,6 +113,7 @@ def test_torchrun_ranks_share_one_run_dir_and_train_as_lightnings_launcher(light
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 14 s: one node of several ranks stays in the default run
 def test_two_torchrun_nodes_train_one_model(lightning_run, tiny_mnist: Path, tmp_path: Path) -> None:
     port, procs = _free_port(), []
     for node in (1, 0):  # the second node first: it waits for the first
