@@ -11,6 +11,7 @@ from tests.sweep.conftest import read_summary
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 11 s: test_console's piped train checks the same console rules by default
 def test_a_piped_optuna_search_prints_no_colour_code_or_warning(cli, tiny_data: Path, tmp_path: Path) -> None:
     # 48 training images in batches of 16: 3 batches an epoch, fewer than log_every_n_steps (50).
     result = cli("train", "-m", "hparams_search=optuna", "hydra.sweeper.n_trials=2", "trainer.max_epochs=1",

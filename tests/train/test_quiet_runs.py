@@ -90,7 +90,7 @@ train(cfg, run_dir=run_dir / "second")
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("mode", ["quiet", "verbose"])
+@pytest.mark.parametrize("mode", ["quiet", pytest.param("verbose", marks=pytest.mark.slow)])  # verbose: 7 s more
 def test_train_from_python_prints_each_lightning_line_once(tiny_mnist: Path, tmp_path: Path, mode: str) -> None:
     result = subprocess.run([sys.executable, "-c", _PYTHON_RUN, str(tiny_mnist), str(tmp_path), mode], cwd=REPO,
                             capture_output=True, text=True, timeout=300)

@@ -146,6 +146,7 @@ def test_a_task_that_dies_fails_the_run_and_leaves_the_earlier_files(tiny_mnist:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 12 s: test_torchrun's SIGTERM to the group stays in the default run
 def test_sigterm_to_every_task_stops_them_at_one_step(tiny_mnist: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     procs = _endless(tiny_mnist, run)
