@@ -8,9 +8,12 @@ replay needs, and how it gets it:
 - static shapes and addresses: each batch is copied into one input buffer (the ragged last training batch of an
   epoch is left out: ``data.drop_last``); gradients are allocated inside the graph (``zero_grad(set_to_none=True)``
   before capture) and overwritten by every replay;
-- an optimizer that keeps its step count on the GPU (Adam, AdamW: ``capturable``) and reads the learning rate (and
-  Adam's beta1, which one-cycle moves) from GPU tensors: the schedule still steps on the host, and each replay is
-  preceded by a copy of the current values into those tensors (one tiny kernel each);
+- an optimizer that keeps its step count on the GPU (Adam, AdamW: ``capturable``; SGD: ``fused``) and reads the
+  learning rate from a GPU tensor: the schedule still steps on the host, and each replay is preceded by a copy of
+  the current value into that tensor (one tiny kernel a group). Only the learning rate can move: torch's Adam reads
+  a tensor beta1 as a host number (``_foreach_lerp_`` and ``_foreach_pow`` take it as a Scalar: a sync, which
+  capture forbids), and fused SGD takes its momentum as a number, so a schedule that cycles the momentum
+  (one-cycle's default) is refused, with ``sched.cycle_momentum=false`` as the way out;
 - no host sync inside the epoch: the loss sum, correct count and the first bad (non-finite or too large) loss are
   kept on the GPU by the graph, and read once per epoch; the divergence flag is copied asynchronously every
   ``check_every`` steps and read when the copy is done.
@@ -32,8 +35,8 @@ from torch import Tensor, nn
 from modelforge.errors import ConfigError
 
 WARMUP_STEPS = 3
-CAPTURABLE = (torch.optim.Adam, torch.optim.AdamW)  # step count on the device; lr and betas as device tensors
-SUPPORTED = (*CAPTURABLE, torch.optim.SGD)  # SGD: no step count; its lr as a device tensor
+CAPTURABLE = (torch.optim.Adam, torch.optim.AdamW)  # step count on the device; lr as a device tensor
+SUPPORTED = (*CAPTURABLE, torch.optim.SGD)  # SGD: no step count; fused, its lr read as a device tensor
 
 
 # Hook plugins whose hooks are tensor ops only (a replay runs them); the others run Python at every step.
@@ -68,9 +71,12 @@ def check_cuda_graph(config: Mapping[str, Any], plugins: Sequence[Any], optimize
                f"optim._target_ one of {', '.join(f'torch.optim.{c.__name__}' for c in SUPPORTED)}")
     sched = config.get("sched") or {}
     cycles = "onecycle" in str(sched.get("_target_") or "").lower() and sched.get("cycle_momentum") is not False
-    if isinstance(optimizer, torch.optim.SGD) and cycles and any(g.get("momentum") for g in optimizer.param_groups):
-        refuse("one-cycle moves SGD's momentum at every step, which a captured SGD step cannot read from the GPU",
-               "optim=adamw, or sched.cycle_momentum=false")
+    has_momentum = not isinstance(optimizer, torch.optim.SGD) or any(g.get("momentum") for g in optimizer.param_groups)
+    if cycles and has_momentum:
+        what = "SGD's momentum" if isinstance(optimizer, torch.optim.SGD) else f"{type(optimizer).__name__}'s beta1"
+        refuse(f"one-cycle moves {what} at every step, and a replayed step keeps the value it was captured with "
+               "(torch's optimizers read it as a host number)",
+               "sched.cycle_momentum=false (as experiment=speedrun), or leave out cuda_graph")
 
 
 @dataclass(frozen=True)
@@ -111,8 +117,6 @@ class CapturedStep:
         self.seen = 0  # samples this epoch (host: batch sizes are static)
         # Hyperparameters a schedule moves, as device tensors the optimizer reads while captured.
         self._lr = [torch.tensor(float(g["lr"]), dtype=torch.float32, **zeros) for g in optimizer.param_groups]
-        self._beta1 = [torch.tensor(float(g["betas"][0]), dtype=torch.float32, **zeros) if "betas" in g else None
-                       for g in optimizer.param_groups]
         self._pending: tuple[Tensor, torch.cuda.Event] | None = None  # an async copy of (bad_step, bad_loss)
         if self.capture:
             self._make_capturable()
@@ -120,7 +124,9 @@ class CapturedStep:
     def _make_capturable(self) -> None:
         for group in self.optimizer.param_groups:
             if isinstance(self.optimizer, CAPTURABLE):
-                group["capturable"] = True
+                group["capturable"] = True  # step counts on the device, and a tensor lr read there
+            else:  # SGD: its foreach path reads a tensor lr as a host number (a sync); the fused kernel reads it
+                group["foreach"], group["fused"] = False, True
         for state in self.optimizer.state.values():  # a resumed run's step counts were saved on the CPU
             if isinstance(state.get("step"), Tensor):
                 state["step"] = state["step"].to(self.device, dtype=torch.float32)
@@ -130,26 +136,20 @@ class CapturedStep:
         """While the optimizer steps (eagerly or being captured), its groups hold the device tensors; the host values
         the schedule set are copied into them first, and put back after, for the schedule and the LR monitor."""
         groups = self.optimizer.param_groups
-        saved = [(g["lr"], g.get("betas")) for g in groups]
+        saved = [g["lr"] for g in groups]
         self.sync_hyperparameters()
-        for group, lr, beta1 in zip(groups, self._lr, self._beta1):
+        for group, lr in zip(groups, self._lr):
             group["lr"] = lr
-            if beta1 is not None and isinstance(self.optimizer, CAPTURABLE):
-                group["betas"] = (beta1, group["betas"][1])
         try:
             yield
         finally:
-            for group, (lr, betas) in zip(groups, saved):
+            for group, lr in zip(groups, saved):
                 group["lr"] = lr
-                if betas is not None:
-                    group["betas"] = betas
 
     def sync_hyperparameters(self) -> None:
         """Copy the schedule's current host values into the device tensors the graph reads (no host sync)."""
-        for group, lr, beta1 in zip(self.optimizer.param_groups, self._lr, self._beta1):
+        for group, lr in zip(self.optimizer.param_groups, self._lr):
             lr.fill_(float(group["lr"]))
-            if beta1 is not None:
-                beta1.fill_(float(group["betas"][0]))
 
     def _body(self) -> None:
         """One step on the static buffers: what is captured, and what warm-up and ``capture=False`` run."""
