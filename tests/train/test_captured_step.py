@@ -6,6 +6,7 @@ buffers and device-side hyperparameters, and the last test captures for real whe
 from __future__ import annotations
 
 import copy
+import csv
 import json
 from pathlib import Path
 
@@ -148,3 +149,32 @@ def test_the_speedrun_recipe_is_the_fast_recipe_at_batch_128_with_the_step_captu
                                                                          fast.optim.weight_decay)
     # the same one-cycle schedule, except that it leaves the momentum alone (a replay keeps the captured beta1)
     assert cfg.sched.cycle_momentum is False and {**cfg.sched, "cycle_momentum": None} == {**fast.sched}
+
+
+def test_the_step_body_through_lightning_trains_as_the_eager_run(tiny_mnist: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything cuda_graph does on a GPU but the capture: the module's step hooks return None to Lightning, the
+    body steps the optimizer and clips, the epoch's loss and accuracy come from the device-side sums, and the
+    schedule's lr reaches the body each step. Same weights and figures as Lightning's own eager step."""
+    from modelforge.train import module, train
+    from tests.train.conftest import compose_train
+
+    common = ("model=mlp", "model.hidden_sizes=[32]", "model.dropout=0.0", "trainer.max_epochs=2", "optim=adamw",
+              "sched.cycle_momentum=false", "trainer.gradient_clip_val=0.5", "data.batch_size=48",
+              "data.drop_last=true")
+    train(compose_train(tiny_mnist, *common), run_dir=tmp_path / "eager")
+    monkeypatch.setattr(module, "STEP_BODY_WITHOUT_CUDA", True)
+    train(compose_train(tiny_mnist, *common, "cuda_graph=true"), run_dir=tmp_path / "body")
+    eager, body = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("eager", "body"))
+    assert "then is captured in a CUDA graph" in (tmp_path / "body" / "train.log").read_text()  # the body ran
+    assert body["global_step"] == eager["global_step"] == 4  # 2 epochs x 2 full batches of 48 (the ragged 32 left out)
+    for key in ("val/loss", "val/acc", "test/loss", "test/acc"):
+        assert body[key] == pytest.approx(eager[key], rel=1e-4, abs=1e-6), key
+    # each epoch's training loss and accuracy, logged from the body's device-side sums
+    epochs = [[value for row in csv.DictReader((tmp_path / run / "logs" / "metrics.csv").open()) if row["train/acc"]
+               for value in (float(row["train/loss_epoch"]), float(row["train/acc"]))] for run in ("eager", "body")]
+    assert len(epochs[0]) == 4 and epochs[1] == pytest.approx(epochs[0], rel=1e-5)
+    weights = [torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+               for run in ("eager", "body")]
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, rtol=1e-4, atol=1e-6)
