@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -158,12 +159,19 @@ def _data_dir() -> Path:
     return Path(os.environ["MODELFORGE_DATA"])
 
 
+class PlaceholderError(Exception):
+    """What the README leaves to the user could not be made: the commands would fail for that reason, not theirs."""
+
+
 def make_run(work: Path) -> None:
     """RUN: a run directory of the README's main job (shortened), named RUN where the user stands."""
     argv = [sys.executable, "-m", "modelforge", "train", "model=cnn", "enc_sizes=[32,64]",
             *(f"{key}={value}" for key, value in SHORTENING.items() if key.startswith("trainer.")),
             f"hydra.run.dir={work / 'RUN'}"]
-    subprocess.run(argv, cwd=work, check=True, capture_output=True, text=True)
+    done = run_process(argv, cwd=work)
+    if done.returncode != 0:
+        raise PlaceholderError(f"the training that makes RUN exited {done.returncode}: "
+                               f"{(done.stderr.strip().splitlines() or [''])[-1]}")
 
 
 def make_digits(work: Path) -> None:
@@ -197,8 +205,11 @@ def make_user_project(work: Path) -> None:
         path = work / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps",
-                    "--target", str(work / ".user_site"), str(work / "my_blocks")], check=True)
+    done = run_process([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps",
+                        "--target", str(work / ".user_site"), str(work / "my_blocks")])
+    if done.returncode != 0:
+        raise PlaceholderError(f"pip install ./my_blocks exited {done.returncode}: "
+                               f"{(done.stderr.strip().splitlines() or [''])[-1]}")
 
 
 def readme_files() -> dict[str, str]:
@@ -304,6 +315,32 @@ class Outcome:
         return self.got is None or (self.got == self.command.expected_exit and not self.note.startswith("but"))
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGINT reached the script: the running command's process group is killed on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
+def run_process(argv: list[str], timeout: float | None = None, **options: object) -> subprocess.CompletedProcess:
+    """subprocess.run in a process group of its own, killed whole (a sweep's jobs, torchrun's ranks) on a timeout or
+    when the script is stopped, so that nothing it started outlives it."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True, **options)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def run_one(command: Command, work: Path, env: dict[str, str], timeout: float) -> Outcome:
     reason = skip_reason(command)
     if reason:
@@ -311,8 +348,7 @@ def run_one(command: Command, work: Path, env: dict[str, str], timeout: float) -
     argv, changes = shortened(command.argv) if not command.error_lines else (command.argv, [])
     start = time.perf_counter()
     try:
-        done = subprocess.run(resolved(argv, env), cwd=work, env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        done = run_process(resolved(argv, env), timeout, cwd=work, env=env)
     except subprocess.TimeoutExpired:
         return Outcome(command, -1, time.perf_counter() - start, f"but ran past {timeout:.0f} s")
     seconds = time.perf_counter() - start
@@ -346,27 +382,38 @@ def main() -> int:
     commands = [c for c in extract() if not args.only or args.only in c.text]
     work = Path(tempfile.mkdtemp(prefix="readme_commands_"))
     os.environ.setdefault("MODELFORGE_DATA", str(REPO.parent / "shared" / "datasets" / "mnist"))
-    for name, (_, make) in PLACEHOLDERS.items():  # all of them: some commands need one they do not name
-        print(f"making {make.__doc__.splitlines()[0]}", flush=True)
-        make(work)
-    outcomes = []
-    for command in commands:
-        outcome = run_one(command, work, environment(work, command), args.timeout)
-        outcomes.append(outcome)
-        got = "skip" if outcome.got is None else str(outcome.got)
-        mark = "ok " if outcome.agrees else "BAD"
-        print(f"{mark} README:{command.line:<5} expected {command.expected_exit} got {got:<4} {outcome.seconds:6.1f} s  "
-              f"{command.text}" + (f"\n      {outcome.note}" if outcome.note else ""), flush=True)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop)
+    outcomes: list[Outcome] = []
+    try:
+        for name, (_, make) in PLACEHOLDERS.items():  # all of them: some commands need one they do not name
+            print(f"making {make.__doc__.splitlines()[0]}", flush=True)
+            make(work)
+        for command in commands:
+            outcome = run_one(command, work, environment(work, command), args.timeout)
+            outcomes.append(outcome)
+            got = "skip" if outcome.got is None else str(outcome.got)
+            mark = "ok " if outcome.agrees else "BAD"
+            print(f"{mark} README:{command.line:<5} expected {command.expected_exit} got {got:<4} "
+                  f"{outcome.seconds:6.1f} s  {command.text}" + (f"\n      {outcome.note}" if outcome.note else ""),
+                  flush=True)
+    except Stopped as stop:
+        print(f"\nstopped by {stop}: the running command was killed; {len(outcomes)} of {len(commands)} commands ran",
+              file=sys.stderr)
+        return 128 + stop.signum
+    except PlaceholderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if args.keep:
+            print(f"working directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     bad = [o for o in outcomes if not o.agrees]
     skipped = sum(o.got is None for o in outcomes)
     print(f"\n{len(outcomes)} commands: {len(outcomes) - len(bad) - skipped} as the README says, {skipped} skipped, "
           f"{len(bad)} not as the README says")
-    if args.keep:
-        print(f"working directory kept: {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
     return 1 if bad else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,17 @@ def test_every_readme_command_runs_as_written() -> None:
                           capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " 0 not as the README says" in done.stdout
+
+
+def test_a_command_past_its_time_is_killed_with_everything_it_started(tmp_path: Path) -> None:
+    """A sweep's jobs or torchrun's ranks must not outlive the command (a timeout, or the script stopped)."""
+    pid_file = tmp_path / "grandchild.pid"
+    with pytest.raises(subprocess.TimeoutExpired):
+        readme_commands.run_process(["sh", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], timeout=1.0)
+    stat = Path(f"/proc/{pid_file.read_text().strip()}/stat")
+    for _ in range(50):  # gone, or a zombie until init reaps it
+        if not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the command's own child outlived it")
