@@ -3,7 +3,6 @@ message for a model a format cannot take, an unknown format, a missing onnxrunti
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 from pathlib import Path
@@ -21,14 +20,11 @@ from modelforge.deploy.export import check_export, export
 from modelforge.deploy.metadata import read_metadata
 from modelforge.deploy.runtime import open_model
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
-from modelforge.train import train
 from tests.conftest import REAL_MNIST, run_cli
 from tests.data_helpers import write_mnist_idx
+from tests.deploy.conftest import HAS_ONNX, needs_onnx, train_small_cnn
 from tests.train.conftest import compose_train
 
-HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
-needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="onnx, onnxscript and onnxruntime not installed "
-                                                      "(pip install 'modelforge[export]')")
 FORMATS = ["pt2", pytest.param("onnx", marks=needs_onnx), "torchscript"]
 
 
@@ -41,10 +37,7 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("runs") / "cnn"
-    train(compose_train(tiny_data, "trainer.max_epochs=1", "model=cnn", "enc_sizes=[4]", "dec_sizes=[8]"),
-          run_dir=run_dir)
-    return run_dir
+    return train_small_cnn(tiny_data, tmp_path_factory.mktemp("runs") / "cnn")
 
 
 def _model_config(data: Path, *overrides: str) -> dict:

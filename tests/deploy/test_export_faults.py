@@ -4,7 +4,6 @@ trailing slash. Each is one line with an honest exit code, no temp file, and the
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -22,10 +21,9 @@ from modelforge.errors import ConfigError
 from modelforge.train import train
 from tests.conftest import run_cli
 from tests.data_helpers import write_mnist_idx
+from tests.deploy.conftest import needs_onnx, train_small_cnn
 from tests.train.conftest import compose_train
 
-HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
-needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="onnx, onnxscript and onnxruntime not installed")
 ALL_FORMATS = ["pt2", pytest.param("onnx", marks=needs_onnx), "torchscript"]
 needs_root = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root")
 
@@ -40,10 +38,7 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def small_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cnn whose export is a few KB."""
-    run_dir = tmp_path_factory.mktemp("runs") / "small"
-    train(compose_train(tiny_data, "trainer.max_epochs=1", "model=cnn", "enc_sizes=[4]", "dec_sizes=[8]"),
-          run_dir=run_dir)
-    return run_dir
+    return train_small_cnn(tiny_data, tmp_path_factory.mktemp("runs") / "small")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ image is decoded small (its peak memory measured on a real process), and one pas
 from __future__ import annotations
 
 import csv
-import importlib.util
 import re
 import subprocess
 import sys
@@ -25,10 +24,8 @@ from modelforge.errors import DataError
 from modelforge.train import train
 from tests.conftest import REPO
 from tests.data_helpers import idx_bytes, pattern_images, write_idx, write_mnist_idx
+from tests.deploy.conftest import HAS_ONNX
 from tests.train.conftest import compose_train
-
-HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
-needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="onnx, onnxscript and onnxruntime not installed")
 
 
 @pytest.fixture(scope="module")
