@@ -59,16 +59,35 @@ def zip_kind(names: list[str]) -> str:
     return "zip archive of another kind"
 
 
+def exported_kind(path: Path) -> str | None:
+    """``PT2`` or ``TORCHSCRIPT`` when ``path`` is an exported model's zip archive, else None (without reading more
+    than its member list)."""
+    try:
+        with path.open("rb") as handle:
+            if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+                return None
+            handle.seek(0)
+            with zipfile.ZipFile(handle) as archive:
+                found = zip_kind(archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return None  # the loader says what is wrong with it
+    return found if found in (PT2, TORCHSCRIPT) else None
+
+
 def wrong_kind(found: str, wanted: str, suffix: str) -> str:
     """What to say of a file that is a ``found`` where a ``wanted`` was meant (its suffix says so)."""
-    if found == CHECKPOINT:
+    if wanted == CHECKPOINT:
+        hint = (f"an exported model runs with `python -m modelforge predict ckpt_path=FILE`; load_model, eval and "
+                "train take the checkpoint it was exported from")
+    elif found == CHECKPOINT:
         hint = ("a checkpoint runs as ckpt_path=FILE.ckpt (or its run directory); `python -m modelforge export "
                 "ckpt_path=FILE.ckpt` makes an exported model of it")
     elif found in (PT2, TORCHSCRIPT):
         hint = f"name it {'.pt2' if found == PT2 else '.pt'}, the suffix of its kind"
     else:
         hint = "export the model with `python -m modelforge export`"
-    return f"is a {found}, not a {wanted} (the kind its {suffix} suffix names): {hint}"
+    named = f" (the kind its {suffix} suffix names)" if wanted != CHECKPOINT else ""
+    return f"is a {found}, not a {wanted}{named}: {hint}"
 
 
 def _head(path: Path, data: bytes | None = None) -> tuple[int, bytes]:

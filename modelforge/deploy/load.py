@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from modelforge.build import build_model
-from modelforge.deploy.damage import zip_damage
+from modelforge.deploy.damage import CHECKPOINT, exported_kind, wrong_kind, zip_damage
 from modelforge.deploy.metadata import model_metadata
 from modelforge.errors import CheckpointError, DataError
 
@@ -46,6 +46,8 @@ def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
 def read_torch_file(path: str | Path, key: str = "ckpt_path") -> Any:
     """Whatever ``torch.save`` wrote at ``path``, read with ``weights_only=True``; a bad file is one CheckpointError."""
     ckpt_path = existing_file(path, key)
+    if (exported := exported_kind(ckpt_path)) is not None:  # torch.load would hand a TorchScript file to torch.jit.load
+        raise CheckpointError(f"{key}: {ckpt_path} {wrong_kind(exported, CHECKPOINT, ckpt_path.suffix or 'no')}")
     try:
         with warnings.catch_warnings():
             # A file pickled with another protocol than torch's 2 (pickle.dump, torch.save(pickle_protocol=5))
