@@ -86,8 +86,9 @@ def wrong_kind(found: str, wanted: str, suffix: str) -> str:
         hint = f"name it {'.pt2' if found == PT2 else '.pt'}, the suffix of its kind"
     else:
         hint = "export the model with `python -m modelforge export`"
-    named = f" (the kind its {suffix} suffix names)" if wanted != CHECKPOINT else ""
-    return f"is a {found}, not a {wanted}{named}: {hint}"
+    if wanted == CHECKPOINT:
+        return f"is a {found}, not a checkpoint: {hint}"
+    return f"is a {found}, not a {wanted} (the kind its {suffix} suffix names): {hint}"
 
 
 def _head(path: Path, data: bytes | None = None) -> tuple[int, bytes]:
