@@ -100,6 +100,9 @@ def _reason(exc: Exception) -> str:
         if line.startswith("Weights only load failed"):
             kept.append("weights-only load refused it")
         elif line and not re.search(r"weights_only|Re-running|documentation of torch.load", line, re.IGNORECASE):
+            # torch's advice to allowlist what it refused (add_safe_globals) would run the payload
+            line = re.sub(r"^WeightsUnpickler error: |\.? ?Please use `torch\.serialization\.add_safe_globals.*$", "",
+                          line)
             kept.append(line.rstrip("."))
     return ": ".join(kept[:2]) or type(exc).__name__
 

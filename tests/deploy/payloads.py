@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -196,16 +197,20 @@ class WritesFile(nn.Module):
 
 
 def torchscript_from_file(path: Path, marker: Path) -> Path:
-    module = torch.jit.script(WritesFile(str(marker)))
-    torch.jit.save(module, str(path), _extra_files={"modelforge.json": json.dumps(METADATA)})
+    with warnings.catch_warnings():  # torch.jit.* is deprecated: a file of that kind is what is tested
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = torch.jit.script(WritesFile(str(marker)))
+        torch.jit.save(module, str(path), _extra_files={"modelforge.json": json.dumps(METADATA)})
     return path
 
 
 def torchscript_pickled_data(path: Path, marker: Path) -> Path:
     """A TorchScript file whose data.pkl calls open: torch's TorchScript unpickler refuses it (pinned)."""
     source = path.with_name("clean_" + path.name)
-    torch.jit.save(torch.jit.trace(WithConstant().eval(), torch.zeros(1, 1, 28, 28)), str(source),
-                   _extra_files={"modelforge.json": json.dumps(METADATA)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.trace(WithConstant().eval(), torch.zeros(1, 1, 28, 28)), str(source),
+                       _extra_files={"modelforge.json": json.dumps(METADATA)})
 
     def edit(members: dict[str, bytes]) -> None:
         members["data.pkl"] = pickle.dumps(OpensMarker(marker), protocol=2)
