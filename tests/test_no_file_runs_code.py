@@ -148,7 +148,7 @@ def test_torchscript_source_that_writes_a_file_is_refused_unloaded(tmp_path: Pat
     marker = tmp_path / "marker"
     evil = payloads.torchscript_from_file(tmp_path / "evil.pt", marker)
     with pytest.raises(CheckpointError, match=rf"^ckpt_path: {evil} holds TorchScript source that reaches the file "
-                                              r"system \(code/__torch__/.*\.py calls from_file\): refused unloaded$"):
+                                              r"system \(code/__torch__/.*\.py calls torch\.from_file\): refused unloaded$"):
         predict(evil, digit)
     assert not marker.exists()
     with warnings.catch_warnings():  # torch itself runs it: the reason for the check

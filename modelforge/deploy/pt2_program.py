@@ -24,7 +24,7 @@ SYM_TARGETS = frozenset(
                                       "pos", "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "lshift", "rshift")]
     + ["math.trunc"] + [f"torch.sym_{name}" for name in ("not", "int", "float", "ite", "max", "min", "sqrt")])
 # aten ops that reach the file system: from_file creates the file it names; save writes one.
-FILE_OPS = frozenset({"from_file", "save", "_print"})
+FILE_OPS = frozenset({"from_file", "save"})
 # Strings that are only metadata (never parsed as code): any printable text.
 TEXT_KEYS = frozenset({"stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "custom", "torch_version",
                        "in_spec", "out_spec", "as_string"})

@@ -17,8 +17,9 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-# TorchScript source that reaches the file system: torch.from_file, torch.save, torch.ops.aten.from_file, ...
-FILE_CALLS = re.compile(rb"\bfrom_file\b|\.\s*save\b")
+# TorchScript source that reaches the file system: torch.from_file, torch.save, ops.aten.from_file,
+# UntypedStorage.from_file (a module attribute of that name, self.nodes.save, is no call of torch's).
+FILE_CALLS = re.compile(rb"\b(torch|ops\s*\.\s*\w+|\w*Storage)\s*\.\s*(from_file|save)\b")
 
 
 def torchscript_refusal(data: bytes) -> str | None:
@@ -29,8 +30,9 @@ def torchscript_refusal(data: bytes) -> str | None:
                 if "/code/" in info.filename and info.filename.endswith(".py"):
                     if found := FILE_CALLS.search(archive.read(info)):
                         name = info.filename.split("/", 1)[-1]
-                        return (f"holds TorchScript source that reaches the file system ({name} calls "
-                                f"{found.group().decode().strip('. ')}): refused unloaded")
+                        call = re.sub(r"\s+", "", found.group().decode())
+                        return (f"holds TorchScript source that reaches the file system ({name} calls {call}): "
+                                "refused unloaded")
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
         return f"is damaged: its zip archive does not read back ({exc})"
     return None
