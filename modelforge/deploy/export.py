@@ -66,7 +66,10 @@ def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: s
         overwrite: replace a file already at the output path (else refused before any work, as run directories are).
 
     SIGTERM or Ctrl-C stop it with :class:`~modelforge.errors.Terminated` / ``Interrupted`` saying what they
-    interrupted; a file being written is then not written, and leaves no temp file.
+    interrupted: a file being written is then not written and leaves no temp file; one already renamed into
+    place is said to be (a ``.check.json`` beside it is always of it). The output file is held for the whole
+    export (:func:`~modelforge.files.claim.claimed`): a second export into it is refused with
+    :class:`~modelforge.files.claim.FileBusyError`, naming the first one's process.
     """
     format, method = _checked_choice("format", format, FORMATS), _checked_choice("method", method, METHODS)
     _check_numbers(atol=atol, n_images=n_images, batch_size=batch_size, **({"opset": opset} if opset else {}))
