@@ -459,8 +459,8 @@ def _parse_error(path: Path, error: yaml.YAMLError) -> ConfigError:
     context = getattr(error, "context", None)
     # The safe loader has no constructor for !!python/object and its kin: a config file never builds objects.
     builds = "tag:yaml.org,2002:python/" in problem
-    return ConfigError(where, f"invalid YAML: {f'{context}, {problem}' if context else problem}",
-                       hint="a config holds plain values; tags that build Python objects are refused" if builds else None)
+    hint = "a config holds plain values; tags that build Python objects are refused" if builds else None
+    return ConfigError(where, f"invalid YAML: {f'{context}, {problem}' if context else problem}", hint=hint)
 
 
 def yaml_file_error(error: yaml.YAMLError) -> ConfigError:

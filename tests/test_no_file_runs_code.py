@@ -138,8 +138,9 @@ def test_predict_in_a_process_of_its_own_from_another_folder(tmp_path: Path, dig
 def test_load_model_refuses_an_exported_file_as_no_checkpoint(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     evil = payloads.pt2_pickled_weight(tmp_path / "evil.pt2", marker)
-    with pytest.raises(CheckpointError, match=rf"^ckpt_path: {evil} is a torch\.export program, not a checkpoint: an "
-                                              r"exported model runs with `python -m modelforge predict ckpt_path=FILE`"):
+    with pytest.raises(CheckpointError, match=rf"^ckpt_path: {evil} is a torch\.export program, not a checkpoint: "
+                                              r"an exported model runs with `python -m modelforge predict "
+                                              r"ckpt_path=FILE`"):
         modelforge.load_model(evil)
     assert not marker.exists()
 
@@ -148,7 +149,8 @@ def test_torchscript_source_that_writes_a_file_is_refused_unloaded(tmp_path: Pat
     marker = tmp_path / "marker"
     evil = payloads.torchscript_from_file(tmp_path / "evil.pt", marker)
     with pytest.raises(CheckpointError, match=rf"^ckpt_path: {evil} holds TorchScript source that reaches the file "
-                                              r"system \(code/__torch__/.*\.py calls torch\.from_file\): refused unloaded$"):
+                                              r"system \(code/__torch__/.*\.py calls torch\.from_file\): "
+                                              r"refused unloaded$"):
         predict(evil, digit)
     assert not marker.exists()
     with warnings.catch_warnings():  # torch itself runs it: the reason for the check

@@ -72,6 +72,9 @@ def check_pt2_archive(data: bytes) -> None:
         raise ArchiveRefused(f"is damaged: its zip archive does not read back ({exc})") from None
     if len(infos) > MAX_MEMBERS:
         raise ArchiveRefused(f"holds {len(infos):,} members, more than a torch.export program's")
+    if bomb := next((info for info in infos if info.file_size > len(data)), None):  # torch stores members unpacked
+        raise ArchiveRefused(f"holds {bomb.filename}, which unpacks to {bomb.file_size:,} bytes from an archive of "
+                             f"{len(data):,} (a zip bomb): refused before unpacking")
     roots = {info.filename.split("/", 1)[0] for info in infos}
     if len(roots) != 1:
         raise ArchiveRefused("is not a torch.export program: its members are not in one folder")
@@ -124,7 +127,8 @@ def _check_payloads(kind: str, config: Any, members: dict[str, zipfile.ZipInfo])
             raise ArchiveRefused(f"is damaged: its {where} is not in the archive")
         meta = entry.get("tensor_meta") if isinstance(entry.get("tensor_meta"), dict) else {}
         listed = meta.get("sizes")
-        sizes = [s.get("as_int") if isinstance(s, dict) else None for s in listed] if isinstance(listed, list) else [None]
+        listed = listed if isinstance(listed, list) else [None]
+        sizes = [s.get("as_int") if isinstance(s, dict) else None for s in listed]
         element = DTYPE_BYTES.get(meta.get("dtype"))
         if element is None or not all(isinstance(s, int) and s >= 0 for s in sizes):
             raise ArchiveRefused(f"is damaged: its {where} has no plain shape and dtype")

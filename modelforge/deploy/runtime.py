@@ -102,7 +102,8 @@ def eager_runner(model: nn.Module, max_pixels: int = MAX_PIXELS) -> Runner:
     model.eval()
     where = getattr(model, "checkpoint_path", None)
     name = (getattr(model, "model_config", None) or meta.get("model") or {}).get("name", type(model).__name__)
-    return Runner(model, checked_metadata(meta, "the model", max_pixels), f"{name} from {where}" if where else str(name))
+    source = f"{name} from {where}" if where else str(name)
+    return Runner(model, checked_metadata(meta, "the model", max_pixels), source)
 
 
 def checked_metadata(meta: Mapping[str, Any], where: str, max_pixels: int = MAX_PIXELS) -> dict[str, Any]:
