@@ -351,6 +351,9 @@ def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: s
     except (TypeError, ValueError):  # no signature to check against
         return
     for key, value in options.items():
+        if (where := _nested_target(value)) is not None:
+            raise ConfigError(f"{path}.{key}{where}._target_", f"{what} takes plain values here, not a class to build "
+                              f"({_target_of(value, where)!r}): hydra's instantiate would build it, unchecked")
         if key not in params and not takes_any:
             raise ConfigError(f"{path}.{key}", f"{what} {verb} no option {key!r}",
                               suggestions=closest_names(key, params), allowed=sorted(params) or "no options")
@@ -362,6 +365,26 @@ def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: s
         if default is inspect.Parameter.empty and key not in options and key not in filled:
             raise ConfigError(f"{path}.{key}", f"missing: {what} needs a value for {key!r}",
                               hint=f"add +{path}.{key}=VALUE")
+
+
+def _nested_target(value: Any, where: str = "") -> str | None:
+    """The path below ``value`` of a mapping that holds ``_target_`` (``""``: ``value`` itself), else None.
+    Options are passed to ``hydra.utils.instantiate``, which builds any such mapping, recursively."""
+    if isinstance(value, Mapping):
+        if "_target_" in value:
+            return where
+        found = (_nested_target(v, f"{where}.{k}") for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        found = (_nested_target(v, f"{where}[{i}]") for i, v in enumerate(value))
+    else:
+        return None
+    return next((w for w in found if w is not None), None)
+
+
+def _target_of(value: Any, where: str) -> str:
+    for part in re.findall(r"\.([^.\[]+)|\[(\d+)\]", where):
+        value = value[part[0]] if part[0] else value[int(part[1])]
+    return str(value["_target_"])[:80]
 
 
 def public_name(obj: Any, module: str) -> str:
@@ -434,7 +457,16 @@ def _parse_error(path: Path, error: yaml.YAMLError) -> ConfigError:
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     context = getattr(error, "context", None)
-    return ConfigError(where, f"invalid YAML: {f'{context}, {problem}' if context else problem}")
+    # The safe loader has no constructor for !!python/object and its kin: a config file never builds objects.
+    builds = "tag:yaml.org,2002:python/" in problem
+    hint = "a config holds plain values; tags that build Python objects are refused" if builds else None
+    return ConfigError(where, f"invalid YAML: {f'{context}, {problem}' if context else problem}", hint=hint)
+
+
+def yaml_file_error(error: yaml.YAMLError) -> ConfigError:
+    """:func:`_parse_error` of a YAML error raised while another reader (Hydra) read a config file."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    return _parse_error(Path(mark.name) if mark is not None else Path("a config file"), error)
 
 
 def _expanded_size(root: yaml.Node, path: Path) -> int:

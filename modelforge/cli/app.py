@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import errors as hydra_errors
 from hydra import version
 from hydra._internal import utils as hydra_utils
@@ -29,7 +30,7 @@ from omegaconf import errors as omegaconf_errors
 
 from modelforge import errors
 from modelforge.cli.run_checks import forget_validated
-from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error
+from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error, yaml_file_error
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
 from modelforge.sweep.callback import (
     exit_if_jobs_failed,
@@ -254,6 +255,8 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
     """The one-message error for ``exc``, or None when it is not a config problem."""
     if isinstance(exc, ModelforgeError):
         return exc
+    if isinstance(exc, yaml.YAMLError):  # a config file Hydra read: !!python/object tags are refused by its loader
+        return yaml_file_error(exc)
     reported = (hydra_errors.CompactHydraException, omegaconf_errors.OmegaConfBaseException)
     if isinstance(exc, (hydra_errors.InstantiationException, SweepJobError)) or not isinstance(exc, reported):
         return None

@@ -6,6 +6,7 @@ protobuf messages. Torch's and protobuf's own reasons for such files (``(101)``,
 
 from __future__ import annotations
 
+import io
 import zipfile
 from pathlib import Path
 
@@ -13,25 +14,27 @@ ZIP_MAGIC = b"PK\x03\x04"  # every zip archive starts with a local file header
 PICKLE_MAGIC = b"\x80"  # pickle protocol 2 and later: torch.save's legacy format, pickle.dump
 ONNX_MAGIC = b"\x08"  # an ONNX ModelProto starts with field 1, ir_version, a varint
 HEAD = 64  # bytes looked at to tell text from binary
+PT2, TORCHSCRIPT, CHECKPOINT = "torch.export program", "TorchScript file", "torch.save checkpoint"
 
 
-def zip_damage(path: Path, kind: str) -> str | None:
+def zip_damage(path: Path, kind: str, data: bytes | None = None) -> str | None:
     """Why ``path``, meant to be a ``kind`` written as a zip archive, is not one ("is empty", "is truncated ...");
-    None when it is a whole zip archive, or a pickle (torch reads those too, and says what is wrong with them)."""
-    size, head = _head(path)
+    None when it is a whole zip archive, or a pickle (torch reads those too, and says what is wrong with them).
+    ``data``: the file's bytes, where the caller read them (then the file is not opened again)."""
+    size, head = _head(path, data)
     if size == 0:
         return "is empty (0 bytes)"
     if head.startswith(ZIP_MAGIC):
-        return None if zipfile.is_zipfile(path) else \
+        return None if zipfile.is_zipfile(io.BytesIO(data) if data is not None else path) else \
             f"is truncated or damaged: a zip archive without its end ({size:,} bytes)"
     if head.startswith(PICKLE_MAGIC):
         return None
     return f"is truncated or not a {kind} (a zip archive was expected; {_looks_like(head)})"
 
 
-def onnx_damage(path: Path) -> str:
+def onnx_damage(path: Path, data: bytes | None = None) -> str:
     """Why onnx could not parse ``path``: empty, another kind of file, or (a protobuf cut short) truncated."""
-    size, head = _head(path)
+    size, head = _head(path, data)
     if size == 0:
         return "is empty (0 bytes)"
     if head.startswith((ZIP_MAGIC, PICKLE_MAGIC)):
@@ -41,7 +44,56 @@ def onnx_damage(path: Path) -> str:
     return f"is truncated or not an ONNX model (onnx cannot parse its {size:,} bytes; {_looks_like(head)})"
 
 
-def _head(path: Path) -> tuple[int, bytes]:
+def zip_kind(names: list[str]) -> str:
+    """What a zip archive of torch's is, from its members (below their one root folder): a ``torch.export``
+    program (``archive_format``), a TorchScript file (``code/``, ``constants.pkl``), a ``torch.save`` checkpoint
+    (``data.pkl``), or another zip archive."""
+    root = names[0].split("/", 1)[0] + "/" if names else ""
+    members = {name[len(root):] for name in names if name.startswith(root)}
+    if "archive_format" in members:
+        return PT2
+    if "constants.pkl" in members or any(name.startswith("code/") for name in members):
+        return TORCHSCRIPT
+    if "data.pkl" in members:
+        return CHECKPOINT
+    return "zip archive of another kind"
+
+
+def exported_kind(path: Path) -> str | None:
+    """``PT2`` or ``TORCHSCRIPT`` when ``path`` is an exported model's zip archive, else None (without reading more
+    than its member list)."""
+    try:
+        with path.open("rb") as handle:
+            if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+                return None
+            handle.seek(0)
+            with zipfile.ZipFile(handle) as archive:
+                found = zip_kind(archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return None  # the loader says what is wrong with it
+    return found if found in (PT2, TORCHSCRIPT) else None
+
+
+def wrong_kind(found: str, wanted: str, suffix: str) -> str:
+    """What to say of a file that is a ``found`` where a ``wanted`` was meant (its suffix says so)."""
+    if wanted == CHECKPOINT:
+        hint = (f"an exported model runs with `python -m modelforge predict ckpt_path=FILE`; load_model, eval and "
+                "train take the checkpoint it was exported from")
+    elif found == CHECKPOINT:
+        hint = ("a checkpoint runs as ckpt_path=FILE.ckpt (or its run directory); `python -m modelforge export "
+                "ckpt_path=FILE.ckpt` makes an exported model of it")
+    elif found in (PT2, TORCHSCRIPT):
+        hint = f"name it {'.pt2' if found == PT2 else '.pt'}, the suffix of its kind"
+    else:
+        hint = "export the model with `python -m modelforge export`"
+    if wanted == CHECKPOINT:
+        return f"is a {found}, not a checkpoint: {hint}"
+    return f"is a {found}, not a {wanted} (the kind its {suffix} suffix names): {hint}"
+
+
+def _head(path: Path, data: bytes | None = None) -> tuple[int, bytes]:
+    if data is not None:
+        return len(data), data[:HEAD]
     with path.open("rb") as handle:
         return path.stat().st_size, handle.read(HEAD)
 

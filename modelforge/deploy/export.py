@@ -12,6 +12,7 @@ import io
 import logging
 import math
 import re
+import sys
 import time
 import traceback
 import warnings
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from modelforge.config import load_config
+from modelforge.config import check_type, load_config
 from modelforge.deploy.load import existing_file, load_model, resolve_checkpoint
 from modelforge.deploy.metadata import (
     METADATA_KEY,
@@ -35,7 +36,8 @@ from modelforge.deploy.paths import check_output_place, names_a_folder
 from modelforge.deploy.runtime import open_model
 from modelforge.deploy.signals import Doing, stop_behind, stopped_by_signals
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
-from modelforge.files.atomic import write_bytes, write_json, write_to_path
+from modelforge.files.atomic import remove_dead_temps, write_bytes, write_json, write_to_path
+from modelforge.files.claim import claimed
 
 log = logging.getLogger(__name__)
 
@@ -64,30 +66,54 @@ def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: s
         overwrite: replace a file already at the output path (else refused before any work, as run directories are).
 
     SIGTERM or Ctrl-C stop it with :class:`~modelforge.errors.Terminated` / ``Interrupted`` saying what they
-    interrupted; a file being written is then not written, and leaves no temp file.
+    interrupted: a file being written is then not written and leaves no temp file; one already renamed into
+    place is said to be (a ``.check.json`` beside it is always of it). The output file is held for the whole
+    export (:func:`~modelforge.files.claim.claimed`): a second export into it is refused with
+    :class:`~modelforge.files.claim.FileBusyError`, naming the first one's process.
     """
     format, method = _checked_choice("format", format, FORMATS), _checked_choice("method", method, METHODS)
     _check_numbers(atol=atol, n_images=n_images, batch_size=batch_size, **({"opset": opset} if opset else {}))
+    for key, value in {"check": check, "dynamic_batch": dynamic_batch, "ema": ema, "overwrite": overwrite}.items():
+        check_type(value, bool, key)  # `overwrite=no` is a string, and true as a condition
     if format == "onnx":
         _need_onnx()
     from_file = isinstance(model_or_path, (str, Path))
-    if from_file:  # the output is refused before the checkpoint is read
-        ckpt = existing_file(resolve_checkpoint(model_or_path)[0])
-        path = _output_path(output, format, ckpt.parent, ckpt.stem, overwrite)
-    with stopped_by_signals(f"while loading {model_or_path}; nothing was written") as now:
+    with contextlib.ExitStack() as held:
+        if from_file:  # the output is refused, or claimed, before the checkpoint is read
+            ckpt = existing_file(resolve_checkpoint(model_or_path)[0])
+            path = _claimed_output(held, _output_path(output, format, ckpt.parent, ckpt.stem, overwrite), overwrite)
+        now = held.enter_context(stopped_by_signals(f"while loading {model_or_path}; nothing was written"))
         model = _without_hooks(load_model(model_or_path, ema=ema) if from_file else model_or_path)
         meta = _metadata(model)
         if not from_file:
             ckpt = getattr(model, "checkpoint_path", None)
             place = (Path(ckpt).parent, Path(ckpt).stem) if ckpt else (Path.cwd(), _name(model, meta))
-            path = _output_path(output, format, *place, overwrite)
+            path = _claimed_output(held, _output_path(output, format, *place, overwrite), overwrite)
         _build_and_write(model, meta, path, format, now, dynamic_batch=dynamic_batch, batch_size=batch_size,
                          method=method, opset=opset)
         if check:
-            now.what = f"while checking {path}; the file is written, its check did not finish (check=false skips it)"
+            now.what = (f"while checking {path}; the file is written (complete) but not checked: no "
+                        f"{check_json_path(path).name} (check=false skips the check)")
             check_export(model, path, format, atol=atol, n_images=n_images, data_dir=data_dir,
-                         batch_size=None if dynamic_batch else batch_size)
+                         batch_size=None if dynamic_batch else batch_size, now=now)
     return path
+
+
+def _claimed_output(held: contextlib.ExitStack, path: Path, overwrite: bool) -> Path:
+    """``path``, held for this export until it ends (:func:`~modelforge.files.claim.claimed`); an earlier export's
+    temp files that a killed process left beside it are removed."""
+    held.enter_context(claimed(path, "export"))
+    if path.exists() and not overwrite:  # another export finished it after the first look
+        _refuse_existing(path)
+    if removed := remove_dead_temps(path.parent):
+        print(f"note: removed {len(removed)} temp file{'s' if len(removed) > 1 else ''} of a writer that was killed: "
+              + ", ".join(p.name for p in removed[:3]), file=sys.stderr)
+    return path
+
+
+def check_json_path(path: Path) -> Path:
+    """Where the check of the exported file ``path`` is written: ``<path>.check.json``."""
+    return path.with_name(path.name + ".check.json")
 
 
 def _build_and_write(model: nn.Module, meta: dict[str, Any], path: Path, format: str, now: Doing, *,
@@ -107,7 +133,13 @@ def _build_and_write(model: nn.Module, meta: dict[str, Any], path: Path, format:
         raise _cannot_export(format, model, example, options, exc) from None
     kept = "; the earlier file there is unchanged" if path.exists() else ""
     now.what = f"while writing {path}; it was not written and no temp file is left{kept}"
-    WRITERS[format](artifact, path, metadata_json(meta))
+    check_path = check_json_path(path)
+
+    def renamed() -> None:  # in one step with the rename, for a stop: a check.json is always of the file beside it
+        check_path.unlink(missing_ok=True)  # the check of the file just replaced
+        now.what = f"just after writing {path} (complete, not checked: no {check_path.name})"
+
+    WRITERS[format](artifact, path, metadata_json(meta), renamed)
     shape = "any batch size" if dynamic_batch else f"batches of {batch_size}"
     print(f"exported {_name(model, meta)} to {path} ({format}, {path.stat().st_size / 1e6:.2f} MB, {shape}) "
           f"in {time.perf_counter() - started:.1f} s")
@@ -158,39 +190,41 @@ def _build_torchscript(model: nn.Module, example: Tensor, *, method: str, **_: A
 # close(); TorchScript's C++ writer unwinds unfinished), and an exception out of a destructor aborts the whole
 # process (exit 134, "terminate called after ... unexpected pos"), a Python file handle or a path alike.
 
-def _write_pt2(program: Any, path: Path, meta: str) -> None:
+def _write_pt2(program: Any, path: Path, meta: str, renamed: Callable[[], None]) -> None:
     buffer = io.BytesIO()
     torch.export.save(program, buffer, extra_files={METADATA_KEY: meta})
-    write_bytes(path, buffer.getbuffer())
+    write_bytes(path, buffer.getbuffer(), renamed)
 
 
-def _write_torchscript(module: Any, path: Path, meta: str) -> None:
+def _write_torchscript(module: Any, path: Path, meta: str, renamed: Callable[[], None]) -> None:
     buffer = io.BytesIO()
     with _quiet():
         torch.jit.save(module, buffer, _extra_files={METADATA_KEY: meta})
-    write_bytes(path, buffer.getbuffer())
+    write_bytes(path, buffer.getbuffer(), renamed)
 
 
-def _write_onnx(program: Any, path: Path, meta: str) -> None:
+def _write_onnx(program: Any, path: Path, meta: str, renamed: Callable[[], None]) -> None:
     """The ONNX program saves to a path only (a full disk is an OSError there): its weights' bytes are what
     a full disk's message says it needs."""
     program.model.metadata_props[ONNX_METADATA_KEY] = meta
     weights = sum(v.const_value.nbytes for v in program.model.graph.initializers.values() if v.const_value is not None)
-    write_to_path(path, lambda temp: program.save(str(temp)), needed=weights or None)
+    write_to_path(path, lambda temp: program.save(str(temp)), needed=weights or None, committed=renamed)
 
 
 BUILDERS: dict[str, Callable[..., Any]] = {"pt2": _build_pt2, "onnx": _build_onnx, "torchscript": _build_torchscript}
-WRITERS: dict[str, Callable[[Any, Path, str], None]] = {"pt2": _write_pt2, "onnx": _write_onnx,
+WRITERS: dict[str, Callable[[Any, Path, str, Callable[[], None]], None]] = {"pt2": _write_pt2, "onnx": _write_onnx,
                                                         "torchscript": _write_torchscript}
 
 
 # --- the check: the exported file against the eager model on real images ---------------------------------
 
 def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-4, n_images: int = 300,
-                 data_dir: str | Path | None = None, batch_size: int | None = None) -> dict[str, Any]:
+                 data_dir: str | Path | None = None, batch_size: int | None = None,
+                 now: Doing | None = None) -> dict[str, Any]:
     """Run ``path`` and ``model`` on the same images; write ``<path>.check.json``; raise ExportError on a mismatch.
 
     ``batch_size``: the file's fixed batch size; None: it takes any, checked with all images at once and with one.
+    ``now``: what a stop reports, noted as the check file is renamed into place.
     """
     meta = _metadata(model)
     if read_metadata(path) != meta:
@@ -212,8 +246,13 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
         report.update(eager_top1_acc=float((expected.argmax(1) == labels).float().mean()),
                       exported_top1_acc=float((full.argmax(1) == labels[:len(full)]).float().mean()))
     report["passed"] = report["max_abs_diff"] <= atol and agree == len(full)
-    check_path = path.with_name(path.name + ".check.json")
-    write_json(check_path, report)
+    check_path = check_json_path(path)
+
+    def written() -> None:
+        if now is not None:
+            now.what = f"after writing {path} and its check {check_path.name}"
+
+    write_json(check_path, report, written)
     line = (f"max abs difference {report['max_abs_diff']:.2e} (atol {atol:g}), top-1 agreement "
             f"{report['top1_agreement']:.2%} ({agree}/{len(full)}) on {source}, batch sizes {batches}")
     if not report["passed"]:
@@ -420,6 +459,11 @@ def _name(model: nn.Module, meta: Mapping[str, Any]) -> str:
     return str((meta.get("model") or {}).get("name") or type(model).__name__)
 
 
+def _refuse_existing(path: Path) -> None:
+    raise ConfigError("output", f"{path} exists (an earlier export); it is left untouched",
+                      hint=f"overwrite=true replaces it; output=OTHER{path.suffix} writes another file")
+
+
 def _output_path(output: str | Path | None, format: str, folder: Path, stem: str, overwrite: bool) -> Path:
     """The file ``output`` names (a folder: ``stem`` + the format's suffix in it; None: in ``folder``), refused
     when it cannot be written or holds an earlier file and ``overwrite`` is false."""
@@ -439,8 +483,7 @@ def _output_path(output: str | Path | None, format: str, folder: Path, stem: str
     path = path.absolute()  # said whole, as run directories are
     check_output_place(path)
     if path.exists() and not overwrite:
-        raise ConfigError("output", f"{path} exists (an earlier export); it is left untouched",
-                          hint=f"overwrite=true replaces it; output=OTHER{suffix} writes another file")
+        _refuse_existing(path)
     return path
 
 

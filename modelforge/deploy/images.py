@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, parse_idx, read_idx_bytes
 from modelforge.errors import ConfigError, DataError
+from modelforge.files.paths import why_not_readable_file
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,10 @@ def is_idx_name(path: Path) -> bool:
 
 
 def find_input_files(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
-    """The image and IDX files ``inputs`` names: files, folders (their images, sorted), globs; in that order.
+    """The image and IDX files ``inputs`` names: files, folders (their images, sorted), globs; in that order,
+    each real file once (a ``**`` glob through a symlink to a parent folder meets the same files again and again).
+    Entries named like images that are no files to read (a dangling or looping symlink, a FIFO) are kept for
+    :func:`read_inputs` to name and skip.
 
     Raises ConfigError when ``inputs`` is empty and DataError when an entry matches no file.
     """
@@ -91,17 +96,17 @@ def find_input_files(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
     for entry in entries:
         path = Path(str(entry)).expanduser()
         if path.is_dir():
-            images = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+            images = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
             if not images:
                 idx = sorted(p.name for p in path.iterdir() if is_idx_name(p) and "images" in p.name)
                 hint = f"\n  hint: name an IDX file: inputs={path / idx[0]}" if idx else ""
                 raise DataError(f"inputs: no images in folder {path.resolve()} "
                                 f"(looked for {', '.join(IMAGE_SUFFIXES)}){hint}")
             found += images
-        elif path.is_file():
+        elif os.path.lexists(path):  # a file, or what stands where one was named (a dangling symlink, a FIFO)
             found.append(path)
         elif glob.has_magic(str(path)):
-            matched = [Path(p) for p in sorted(glob.glob(str(path), recursive=True)) if Path(p).is_file()]
+            matched = [Path(p) for p in sorted(glob.glob(str(path), recursive=True)) if not Path(p).is_dir()]
             kept = [p for p in matched if p.suffix.lower() in IMAGE_SUFFIXES or is_idx_name(p)]
             if not kept:
                 other = f" ({len(matched)} other files: {', '.join(p.name for p in matched[:3])})" if matched else ""
@@ -109,17 +114,31 @@ def find_input_files(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
             found += kept
         else:
             raise DataError(f"inputs: no file or folder {str(entry)!r} (looked for {path.resolve()})")
-    return list(dict.fromkeys(found))  # a file named twice is classified once
+    seen: set[tuple[int, int] | Path] = set()
+    return [p for p in found if not (_identity(p) in seen or seen.add(_identity(p)))]  # each file by its first name
+
+
+def _identity(path: Path) -> tuple[int, int] | Path:
+    """What makes two names one file: its device and inode (those of a symlink that leads nowhere itself)."""
+    for look in (os.stat, os.lstat):
+        try:
+            found = look(path)
+        except OSError:
+            continue
+        return (found.st_dev, found.st_ino)
+    return path
 
 
 def read_inputs(inputs: str | Path | Sequence[str | Path], max_pixels: int = MAX_PIXELS) -> ReadInputs:
     """Every image ``inputs`` names, decoded to gray uint8 pixels; the files that cannot be read are left out,
     named with their reason (logged as a warning). A DataError when no file could be read, or ``inputs`` names
-    nothing that exists."""
+    nothing that exists. What is not a regular file (a FIFO, a dangling symlink) is named and never opened."""
     found = ReadInputs()
     files = find_input_files(inputs)
     for path in files:
         try:
+            if (why := why_not_readable_file(path, "an image file")) is not None:
+                raise DataError(f"{path} {why}")
             if path.stat().st_size == 0:
                 raise DataError(f"{path} is empty (0 bytes)")
             images = (read_idx_images(path) if is_idx_name(path) else
@@ -159,6 +178,14 @@ def _own_pixel_limit() -> Iterator[None]:
             Image.MAX_IMAGE_PIXELS = saved
 
 
+class NonFinitePixels(ValueError):
+    """A float image (a TIFF of mode F) with NaN or infinite pixels: ``bad`` of ``total``."""
+
+    def __init__(self, bad: int, total: int) -> None:
+        super().__init__(f"{bad} of {total} pixels are not finite")
+        self.bad, self.total = bad, total
+
+
 def read_image(path: Path, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
     """The gray uint8 [H, W] pixels of an image file. Transparent parts count as white paper (a drawing
     exported with a transparent ground), 16-bit images are scaled to 8 bits, EXIF rotation is applied; an
@@ -180,6 +207,9 @@ def read_image(path: Path, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
                 return _gray(opened)
             image = opened.convert(_REDUCED_AS[opened.mode]) if opened.mode in _REDUCED_AS else opened  # no copy
             return _gray(image.reduce(factor))
+    except NonFinitePixels as exc:
+        raise DataError(f"{path} has {exc.bad:,} of its {exc.total:,} pixels not a number (NaN or infinite): "
+                        "refused, as they leave no scale for the others") from None
     except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
         raise DataError(f"{path} is not an image Pillow can read ({exc})") from None
     except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt data
@@ -189,6 +219,8 @@ def read_image(path: Path, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
 def _gray(image: Image.Image) -> torch.Tensor:
     if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
         wide = np.asarray(image, dtype=np.float64)
+        if (bad := int(wide.size - np.count_nonzero(np.isfinite(wide)))) > 0:  # one NaN would scale all to black
+            raise NonFinitePixels(bad, int(wide.size))
         scale = 1.0 if wide.max(initial=0) <= 255 else 255.0 / 65535.0
         return torch.from_numpy(np.clip(np.rint(wide * scale), 0, 255).astype(np.uint8))
     if image.mode in ("RGBA", "LA", "PA") or image.mode == "P" and "transparency" in image.info:

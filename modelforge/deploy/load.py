@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from modelforge.build import build_model
-from modelforge.deploy.damage import zip_damage
+from modelforge.deploy.damage import CHECKPOINT, exported_kind, wrong_kind, zip_damage
 from modelforge.deploy.metadata import model_metadata
 from modelforge.errors import CheckpointError, DataError
 
@@ -32,6 +32,8 @@ _PROTOCOL_WARNING = r"Detected pickle protocol \d+ in the checkpoint"
 # trained ones in `current_model_state`; the callback's own state is under its class name.
 CURRENT_WEIGHTS = "current_model_state"
 AVERAGING_STATE = "averaging_state"
+# Where a run's config names a class (hydra.utils.instantiate builds it, after modelforge checked it).
+TARGET_PLACES = re.compile(r"trainer|optim|sched|(callbacks|logger)\.[^.\[]+")
 
 
 def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
@@ -40,12 +42,37 @@ def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
     config = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None
     if not isinstance(config, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{key}: {ckpt_path} is not a modelforge checkpoint (it has no stored run config)")
+    if why := stored_config_refusal(config):
+        raise CheckpointError(f"{key}: {ckpt_path} {why}")
     return ckpt
+
+
+def stored_config_refusal(config: Mapping[str, Any]) -> str | None:
+    """Why a checkpoint's stored run config is not used, else None: a ``_target_`` where a run's config never
+    names a class (hydra's recursive instantiate would build it: ``trainer.precision: {_target_: builtins.open}``
+    runs in ``eval``), or a trainer setting ``eval`` takes over (accelerator, precision) that is no plain value."""
+    stack: list[tuple[str, Any]] = [("", config)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, Mapping):
+            if "_target_" in value and not TARGET_PLACES.fullmatch(path):
+                return (f"has a stored config that names a class to build at {path or 'its top level'} "
+                        f"({str(value['_target_'])[:80]!r}), where a run's config never does: refused unused")
+            stack += [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            stack += [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    trainer = config.get("trainer") if isinstance(config.get("trainer"), Mapping) else {}
+    for name in ("accelerator", "precision"):
+        if not isinstance(trainer.get(name), (str, int, type(None))):
+            return f"has a stored config whose trainer.{name} is {str(trainer[name])[:80]!r}, not a name or number"
+    return None
 
 
 def read_torch_file(path: str | Path, key: str = "ckpt_path") -> Any:
     """Whatever ``torch.save`` wrote at ``path``, read with ``weights_only=True``; a bad file is one CheckpointError."""
     ckpt_path = existing_file(path, key)
+    if (exported := exported_kind(ckpt_path)) is not None:  # torch.load would hand a TorchScript file to torch.jit.load
+        raise CheckpointError(f"{key}: {ckpt_path} {wrong_kind(exported, CHECKPOINT, ckpt_path.suffix or 'no')}")
     try:
         with warnings.catch_warnings():
             # A file pickled with another protocol than torch's 2 (pickle.dump, torch.save(pickle_protocol=5))
@@ -73,6 +100,9 @@ def _reason(exc: Exception) -> str:
         if line.startswith("Weights only load failed"):
             kept.append("weights-only load refused it")
         elif line and not re.search(r"weights_only|Re-running|documentation of torch.load", line, re.IGNORECASE):
+            # torch's advice to allowlist what it refused (add_safe_globals) would run the payload
+            line = re.sub(r"^WeightsUnpickler error: |\.? ?Please use `torch\.serialization\.add_safe_globals.*$", "",
+                          line)
             kept.append(line.rstrip("."))
     return ": ".join(kept[:2]) or type(exc).__name__
 

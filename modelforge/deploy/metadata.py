@@ -7,6 +7,7 @@ No Lightning here: ``load_model``, ``export`` and ``predict`` use it.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import zipfile
@@ -17,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from modelforge.deploy.damage import onnx_damage, zip_damage
+from modelforge.deploy.damage import (
+    PT2,
+    TORCHSCRIPT,
+    ZIP_MAGIC,
+    onnx_damage,
+    wrong_kind,
+    zip_damage,
+    zip_kind,
+)
 from modelforge.errors import CheckpointError, DataError
 
 if TYPE_CHECKING:
@@ -124,7 +133,14 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise CheckpointError(f"no exported model at {path}")
-    found = _read_onnx(path) if path.suffix == ".onnx" else _read_archive(path)
+    return metadata_in(path, path.read_bytes())
+
+
+def metadata_in(path: Path, data: bytes) -> dict[str, Any]:
+    """:func:`read_metadata` of the file ``path`` whose bytes the caller read (``data``): what it checks is
+    what it loads. A file of another kind than its suffix names (a ``torch.save`` checkpoint named ``.pt2``)
+    is a CheckpointError saying so."""
+    found = _read_onnx(path, data) if path.suffix == ".onnx" else _read_archive(path, data)
     if found is None and (sidecar := sidecar_path(path)).is_file():
         found = sidecar.read_text()
     if found is None:
@@ -132,34 +148,44 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
                               f"{sidecar_path(path).name} beside it): export it with `python -m modelforge export`")
     try:
         return json.loads(found)
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: its modelforge metadata is not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{path}: its modelforge metadata is not valid JSON ({str(exc)[:120]})") from None
 
 
-def _read_archive(path: Path) -> str | None:
+def _read_archive(path: Path, data: bytes) -> str | None:
     """``.pt2`` and TorchScript files are zip archives that keep extra files at ``<root>/extra/<name>``:
-    read without loading the program. A file that is no whole zip archive is a CheckpointError saying so."""
-    kind = "torch.export program" if path.suffix == ".pt2" else "TorchScript file"
-    if damage := zip_damage(path, kind):
+    read without loading the program. A file that is no whole zip archive of that kind is a CheckpointError
+    saying so."""
+    kind = PT2 if path.suffix == ".pt2" else TORCHSCRIPT
+    if damage := zip_damage(path, kind, data):
         raise CheckpointError(f"{path} {damage}")
-    if not zipfile.is_zipfile(path):
-        return None  # a pickle: torch's legacy format holds no extra files
+    if not data.startswith(ZIP_MAGIC):  # a pickle: torch.save's legacy format
+        raise CheckpointError(f"{path} is a Python pickle (torch.save's legacy format), not a {kind}")
     try:
-        with zipfile.ZipFile(path) as archive:
-            names = [n for n in archive.namelist() if n.endswith(f"extra/{METADATA_KEY}")]
-            return archive.read(names[0]).decode("utf-8") if names else None
-    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = archive.namelist()
+            if (found := zip_kind(names)) != kind:
+                raise CheckpointError(f"{path} {wrong_kind(found, kind, path.suffix)}")
+            extra = [n for n in names if n.endswith(f"extra/{METADATA_KEY}")]
+            return archive.read(extra[0]).decode("utf-8") if extra else None
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError, ValueError) as exc:
         raise CheckpointError(f"{path} is damaged: its zip archive does not read back ({exc})") from None
 
 
-def _read_onnx(path: Path) -> str | None:
+def onnx_model(path: Path, data: bytes) -> Any:
+    """The ONNX ModelProto in ``data`` (the bytes of ``path``), weights kept where they are; a file onnx
+    cannot parse is a CheckpointError saying why."""
     try:
         import onnx
     except ImportError as exc:
-        raise CheckpointError("reading an .onnx file's metadata needs the onnx package: "
+        raise CheckpointError("reading an .onnx file needs the onnx package: "
                               "pip install 'modelforge[export]'") from exc
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        return onnx.load_model_from_string(data)
     except Exception:  # noqa: BLE001 - protobuf's DecodeError, and onnx's own errors for other files
-        raise CheckpointError(f"{path} {onnx_damage(path)}") from None
+        raise CheckpointError(f"{path} {onnx_damage(path, data)}") from None
+
+
+def _read_onnx(path: Path, data: bytes) -> str | None:
+    model = onnx_model(path, data)
     return next((p.value for p in model.metadata_props if p.key == ONNX_METADATA_KEY), None)

@@ -61,7 +61,7 @@ def predict(model_or_path: nn.Module | Runner | str | Path, inputs: Inputs, top_
     """
     top_k, invert, batch_size = check_top_k(top_k), check_invert(invert), _positive(batch_size, "batch_size")
     images = as_input_images(inputs, _positive(max_pixels, "max_pixels"))  # read before the model loads
-    return classify(open_model(model_or_path), images, top_k=top_k, invert=invert, batch_size=batch_size)
+    return classify(open_model(model_or_path, max_pixels), images, top_k=top_k, invert=invert, batch_size=batch_size)
 
 
 def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, invert: Invert = "auto",
@@ -155,7 +155,7 @@ def predict_task(cfg: Mapping[str, Any] | DictConfig) -> list[dict[str, Any]]:
     output = output_path(options.get("output"))
     check_model_path(options.get("ckpt_path"))
     found = read_inputs(options.get("inputs"), max_pixels)
-    runner = open_model(options["ckpt_path"])
+    runner = open_model(options["ckpt_path"], max_pixels)
     started = time.perf_counter()
     rows = classify(runner, found.images, top_k=top_k, invert=invert, batch_size=batch_size)
     seconds = time.perf_counter() - started

@@ -6,6 +6,8 @@ it carries (:func:`~modelforge.deploy.metadata.read_metadata`): input shape, nor
 
 from __future__ import annotations
 
+import io
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelforge.deploy.images import MAX_PIXELS
 from modelforge.errors import CheckpointError, ConfigError
 
 EXPORTED_SUFFIXES = {".pt2": "pt2", ".onnx": "onnx", ".pt": "torchscript", ".ts": "torchscript"}
@@ -58,29 +61,38 @@ def check_model_path(path: str | Path) -> Path:
     return found
 
 
-def open_model(model_or_path: nn.Module | Runner | str | Path) -> Runner:
+def open_model(model_or_path: nn.Module | Runner | str | Path, max_pixels: int = MAX_PIXELS) -> Runner:
     """A :class:`Runner` for a module (one :func:`~modelforge.deploy.load.load_model` gave), a checkpoint,
-    a run directory, or an exported ``.pt2``, ``.onnx`` or TorchScript file."""
+    a run directory, or an exported ``.pt2``, ``.onnx`` or TorchScript file.
+
+    An exported file is read once: its metadata, the checks that nothing in it runs code
+    (:mod:`~modelforge.deploy.pt2_archive`, :mod:`~modelforge.deploy.script_archive`) and the load all see
+    those bytes. ``max_pixels``: the most values an input image of the model may have (its metadata's
+    ``input_shape``), checked before anything of that size is made.
+    """
     if isinstance(model_or_path, Runner):
         return model_or_path
     if isinstance(model_or_path, nn.Module):
-        return eager_runner(model_or_path)
+        return eager_runner(model_or_path, max_pixels)
     path = check_model_path(model_or_path)
     kind = EXPORTED_SUFFIXES.get(path.suffix.lower()) if path.is_file() else None
     if kind is None:
         from modelforge.deploy.load import load_model
 
-        return eager_runner(load_model(path))
-    from modelforge.deploy.metadata import read_metadata
+        return eager_runner(load_model(path), max_pixels)
+    from modelforge.deploy.metadata import metadata_in
 
     try:
-        meta = checked_metadata(read_metadata(path), str(path))
+        data = path.read_bytes()
+        meta = checked_metadata(metadata_in(path, data), str(path), max_pixels)
     except CheckpointError as exc:  # damaged, or no metadata: say which option named the file
         raise CheckpointError(f"ckpt_path: {exc}") from None
-    return {"pt2": _program_runner, "onnx": _onnx_runner, "torchscript": _torchscript_runner}[kind](path, meta)
+    except OSError as exc:
+        raise CheckpointError(f"ckpt_path: {path} cannot be read ({exc.strerror or exc})") from None
+    return {"pt2": _program_runner, "onnx": _onnx_runner, "torchscript": _torchscript_runner}[kind](path, data, meta)
 
 
-def eager_runner(model: nn.Module) -> Runner:
+def eager_runner(model: nn.Module, max_pixels: int = MAX_PIXELS) -> Runner:
     meta = getattr(model, "modelforge_meta", None)
     if meta is None:
         raise ConfigError("model", f"this {type(model).__name__} carries no modelforge_meta (input shape, "
@@ -90,17 +102,25 @@ def eager_runner(model: nn.Module) -> Runner:
     model.eval()
     where = getattr(model, "checkpoint_path", None)
     name = (getattr(model, "model_config", None) or meta.get("model") or {}).get("name", type(model).__name__)
-    return Runner(model, checked_metadata(meta, "the model"), f"{name} from {where}" if where else str(name))
+    source = f"{name} from {where}" if where else str(name)
+    return Runner(model, checked_metadata(meta, "the model", max_pixels), source)
 
 
-def checked_metadata(meta: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """``meta`` when it holds what preprocessing needs, else a CheckpointError naming ``where``."""
+def checked_metadata(meta: Mapping[str, Any], where: str, max_pixels: int = MAX_PIXELS) -> dict[str, Any]:
+    """``meta`` when it holds what preprocessing needs, else a CheckpointError naming ``where``. An input shape
+    of more than ``max_pixels`` values an image is refused before any tensor of it is made (a file's metadata
+    may say ``[1, 60000, 60000]``: 14 GB a batch of one)."""
     missing = [key for key in NEEDED_METADATA if key not in meta]
     shape = meta.get("input_shape")
-    if missing or not isinstance(shape, (list, tuple)) or len(shape) != 3:
+    if missing or not isinstance(shape, (list, tuple)) or len(shape) != 3 or \
+            not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
         problem = f"lacks {', '.join(missing)}" if missing else f"has input_shape {shape!r}, not [C, H, W]"
         raise CheckpointError(f"{where}: its modelforge metadata {problem}: export it again with "
                               "`python -m modelforge export`")
+    if (values := math.prod(shape)) > max_pixels:
+        raise CheckpointError(f"{where}: its modelforge metadata says input_shape {list(shape)}, {values:,} values "
+                              f"an image, more than max_pixels={max_pixels:,}: refused before allocating "
+                              "(raise max_pixels if the model really takes images that large)")
     return dict(meta)
 
 
@@ -108,11 +128,16 @@ def _described(path: Path, meta: Mapping[str, Any], runs_on: str) -> str:
     return f"{(meta.get('model') or {}).get('name', 'model')} from {path} ({runs_on})"
 
 
-def _program_runner(path: Path, meta: dict[str, Any]) -> Runner:
+def _program_runner(path: Path, data: bytes, meta: dict[str, Any]) -> Runner:
+    from modelforge.deploy.pt2_archive import ArchiveRefused, load_checked_program
+
     try:
-        program = torch.export.load(str(path))
+        program = load_checked_program(data)
+    except ArchiveRefused as exc:
+        raise CheckpointError(f"ckpt_path: {path} {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any failure to deserialize means the same to the user
-        raise CheckpointError(f"ckpt_path: {path} is not a loadable torch.export program ({exc})") from None
+        raise CheckpointError(f"ckpt_path: {path} is not a loadable torch.export program ({_first_line(exc)})") \
+            from None
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     first = placeholders.get(program.graph_signature.user_inputs[0]) if program.graph_signature.user_inputs else None
     size = first.meta.get("val").shape[0] if first is not None and first.meta.get("val") is not None else None
@@ -120,15 +145,21 @@ def _program_runner(path: Path, meta: dict[str, Any]) -> Runner:
                   batch_size=size if isinstance(size, int) else None)  # a SymInt: any batch size
 
 
-def _onnx_runner(path: Path, meta: dict[str, Any]) -> Runner:
+def _onnx_runner(path: Path, data: bytes, meta: dict[str, Any]) -> Runner:
+    from modelforge.deploy.metadata import onnx_model
+    from modelforge.deploy.script_archive import onnx_refusal
+
     try:
         import onnxruntime
     except ImportError:
         raise CheckpointError("running an .onnx file needs onnxruntime: pip install onnxruntime") from None
+    if why := onnx_refusal(onnx_model(path, data)):
+        raise CheckpointError(f"ckpt_path: {path} {why}")
     try:
-        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's own exception kinds
-        raise CheckpointError(f"ckpt_path: {path} is not an ONNX model onnxruntime can load ({exc})") from None
+        raise CheckpointError(f"ckpt_path: {path} is not an ONNX model onnxruntime can load "
+                              f"({_first_line(exc)})") from None
     first = session.get_inputs()[0]
     size = first.shape[0] if first.shape and isinstance(first.shape[0], int) else None  # a name: any batch size
 
@@ -138,11 +169,20 @@ def _onnx_runner(path: Path, meta: dict[str, Any]) -> Runner:
     return Runner(forward, meta, _described(path, meta, "onnxruntime"), batch_size=size)
 
 
-def _torchscript_runner(path: Path, meta: dict[str, Any]) -> Runner:
+def _torchscript_runner(path: Path, data: bytes, meta: dict[str, Any]) -> Runner:
+    from modelforge.deploy.script_archive import torchscript_refusal
+
+    if why := torchscript_refusal(data):
+        raise CheckpointError(f"ckpt_path: {path} {why}")
     try:
         with warnings.catch_warnings():  # "torch.jit.load is deprecated": the user chose this file; it still runs
             warnings.filterwarnings("ignore", message=r".*torch\.jit\.load. is deprecated", category=DeprecationWarning)
-            module = torch.jit.load(str(path), map_location="cpu")
+            module = torch.jit.load(io.BytesIO(data), map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - RuntimeError for most, but not all, bad files
-        raise CheckpointError(f"ckpt_path: {path} is not a loadable TorchScript file ({exc})") from None
+        raise CheckpointError(f"ckpt_path: {path} is not a loadable TorchScript file ({_first_line(exc)})") from None
     return Runner(module.eval(), meta, _described(path, meta, "TorchScript"))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]

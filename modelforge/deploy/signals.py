@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from modelforge.errors import Interrupted, Terminated
+from modelforge.files.atomic import stop as stop_now_or_after_commit
 
 
 class Doing:
@@ -35,26 +36,30 @@ class _Signalled(SystemExit):
 @contextmanager
 def stopped_by_signals(doing: str) -> Iterator[Doing]:
     """SIGTERM raises inside the block (in the main thread; elsewhere only Python may set handlers); it and
-    Ctrl-C leave it as :class:`Terminated` / :class:`Interrupted` ending with what ``Doing.what`` says then."""
+    Ctrl-C leave it as :class:`Terminated` / :class:`Interrupted` ending with what ``Doing.what`` says then.
+
+    A signal that comes while a file is renamed into place waits until the writer has noted it in ``Doing.what``
+    (:func:`modelforge.files.atomic.committing`): the message says whether the file was written.
+    """
     now = Doing(doing)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        raise _Signalled(signum)
+        stop_now_or_after_commit(KeyboardInterrupt() if signum == signal.SIGINT else _Signalled(signum))
 
     main = threading.current_thread() is threading.main_thread()
-    saved = signal.signal(signal.SIGTERM, on_signal) if main else None
+    saved = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)} if main else {}
     try:
         yield now
     except BaseException as exc:
-        stop = stop_behind(exc)
-        if isinstance(stop, _Signalled):
-            raise Terminated(stop.signum, now.what) from None
-        if isinstance(stop, KeyboardInterrupt):
+        stopped_by = stop_behind(exc)
+        if isinstance(stopped_by, _Signalled):
+            raise Terminated(stopped_by.signum, now.what) from None
+        if isinstance(stopped_by, KeyboardInterrupt):
             raise Interrupted(now.what) from None
         raise
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, saved if saved is not None else signal.SIG_DFL)
+        for signum, handler in saved.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def stop_behind(exc: BaseException) -> BaseException | None:

@@ -13,9 +13,10 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -46,27 +47,31 @@ def _size(n: int) -> str:
     return f"{n / 1024 ** unit:.1f} {' KMGT'[unit]}B" if unit else f"{n} bytes"
 
 
-def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int | None = None) -> None:
+def write_with(path: str | Path, write: Callable[[IO[bytes]], None], needed: int | None = None,
+               committed: Callable[[], None] | None = None) -> None:
     """Call ``write(handle)`` on a temp file beside ``path``, fsync it, then rename it to ``path``.
 
     ``needed``: the bytes a full-disk message reports (else those written before it filled up).
+    ``committed``: called just after the rename, inside the same :func:`committing` section: a stop that comes
+    during the two waits for both (what the caller records there is true when the stop is reported).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; the file gets what open() would give it
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        _rename(tmp, path, committed)
     except BaseException as exc:
         _failed(exc, path, tmp, needed)
     _fsync_dir(path.parent)
 
 
-def write_to_path(path: str | Path, save: Callable[[Path], None], needed: int | None = None) -> None:
+def write_to_path(path: str | Path, save: Callable[[Path], None], needed: int | None = None,
+                  committed: Callable[[], None] | None = None) -> None:
     """Call ``save(temp)`` for a writer that takes only a path (the ONNX exporter), then fsync ``temp`` and rename
     it to ``path``; a failure, Ctrl-C or stop leaves no temp file and raises as :func:`write_with` does.
 
@@ -75,7 +80,7 @@ def write_to_path(path: str | Path, save: Callable[[Path], None], needed: int | 
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=f".tmp{path.suffix}")
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)
         os.close(fd)
@@ -85,10 +90,80 @@ def write_to_path(path: str | Path, save: Callable[[Path], None], needed: int | 
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        _rename(tmp, path, committed)
     except BaseException as exc:
         _failed(exc, path, tmp, needed)
     _fsync_dir(path.parent)
+
+
+# --- the rename and what the caller notes of it, as one step for a stop --------------------------------------
+
+_stops_held = 0  # committing() sections open now (the main thread's; signal handlers run there)
+_held_stop: list[BaseException] = []  # a stop that came during one, raised when the outermost ends
+
+
+@contextlib.contextmanager
+def committing() -> Iterator[None]:
+    """A section a stop does not interrupt: a signal handler that calls :func:`stop` during it has its stop raised
+    when the section ends. Keeps "the file was renamed into place" and what the program says of it together."""
+    global _stops_held
+    _stops_held += 1
+    try:
+        yield
+    finally:
+        _stops_held -= 1
+        if not _stops_held and _held_stop:
+            raise _held_stop.pop()
+
+
+def stop(exc: BaseException) -> None:
+    """Raise ``exc`` (a signal handler's stop) now, or at the end of the :func:`committing` section under way."""
+    if _stops_held:
+        _held_stop[:] = [exc]
+        return
+    raise exc
+
+
+def _rename(tmp: str, path: Path, committed: Callable[[], None] | None) -> None:
+    with committing():
+        os.replace(tmp, path)
+        if committed is not None:
+            committed()
+
+
+# --- temp files: named by their writer's pid, so that a killed writer's are known for what they are -----------
+
+TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[^./]+\.tmp(\.\w+)?")
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}.{os.getpid()}."
+
+
+def remove_dead_temps(folder: str | Path) -> list[Path]:
+    """Remove the temp files in ``folder`` whose writer is gone (a SIGKILL leaves its temp file: no handler runs);
+    return them. A temp file of a live process, or one not named by these writers, is left alone."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            found = TEMP_NAME.fullmatch(entry.name)
+            if found and entry.is_file(follow_symlinks=False) and not _alive(int(found["pid"])):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or no pid at all): not ours to judge
+    return True
 
 
 def _failed(exc: BaseException, path: Path, tmp: str, needed: int | None) -> NoReturn:
@@ -106,14 +181,15 @@ def _failed(exc: BaseException, path: Path, tmp: str, needed: int | None) -> NoR
     raise exc
 
 
-def write_text(path: str | Path, text: str) -> None:
+def write_text(path: str | Path, text: str, committed: Callable[[], None] | None = None) -> None:
     """Atomically replace ``path`` with ``text`` (UTF-8)."""
-    write_bytes(path, text.encode("utf-8"))
+    write_bytes(path, text.encode("utf-8"), committed)
 
 
-def write_bytes(path: str | Path, data: bytes | memoryview) -> None:
-    """Atomically replace ``path`` with ``data``; a full disk says how much it needed."""
-    write_with(path, lambda handle: handle.write(data), needed=len(data))
+def write_bytes(path: str | Path, data: bytes | memoryview, committed: Callable[[], None] | None = None) -> None:
+    """Atomically replace ``path`` with ``data``; a full disk says how much it needed (``committed``: as in
+    :func:`write_with`)."""
+    write_with(path, lambda handle: handle.write(data), needed=len(data), committed=committed)
 
 
 def _is_disk_full(exc: BaseException) -> bool:
@@ -164,9 +240,9 @@ def finite_or_none(value: Any) -> Any:
     return value
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any], committed: Callable[[], None] | None = None) -> None:
     """Strict JSON (non-finite numbers as null), written atomically."""
-    write_text(path, json.dumps(finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    write_text(path, json.dumps(finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n", committed)
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> None:

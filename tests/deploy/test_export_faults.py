@@ -106,21 +106,21 @@ SLOW_WRITES = textwrap.dedent("""
     import modelforge.deploy.export as exporting
     from modelforge.files import atomic
 
-    def slow_bytes(path, data):
+    def slow_bytes(path, data, committed=None):
         def write(handle):
             for start in range(0, len(data), 4096):
                 handle.write(data[start:start + 4096])
                 if start == 0:
                     print("writing", flush=True)
                     time.sleep(60)
-        atomic.write_with(path, write, needed=len(data))
+        atomic.write_with(path, write, needed=len(data), committed=committed)
 
-    def slow_path(path, save, needed=None):
+    def slow_path(path, save, needed=None, committed=None):
         def slow(temp):
             save(temp)
             print("writing", flush=True)
             time.sleep(60)
-        atomic.write_to_path(path, slow, needed)
+        atomic.write_to_path(path, slow, needed, committed)
 
     exporting.write_bytes, exporting.write_to_path = slow_bytes, slow_path
     from modelforge.__main__ import main
