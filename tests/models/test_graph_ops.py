@@ -131,3 +131,95 @@ def test_a_learned_tensor_trains_and_is_in_the_state_dict() -> None:
     assert model.state_dict()["nodes.gamma.weight"].tolist() == [[[0.5]], [[0.5]]]
     model(torch.randn(3, 2, 4, 6)).sum().backward()
     assert model.nodes.gamma.weight.grad is not None and isinstance(model.nodes.gamma.weight, nn.Parameter)
+
+
+# issue 38: an op over the batch dimension mixes a batch's samples; refused while building, naming the argument
+@pytest.mark.parametrize(("op", "message"), [
+    ({"block": "permute", "args": {"dims": [1, 0, 2, 3]}},
+     r"(?s)^model.nodes.op.args.dims: node 'op' \(permute\): \[1, 0, 2, 3\] moves the batch dimension \(0\) to "
+     r"place 1 of its input input \[2, 2, 4, 6\]\n  allowed: an order that keeps 0 first, e.g. \[0, 1, 2, 3\]"),
+    ({"block": "mean", "args": {"dim": [0, 2]}},
+     r"(?s)model.nodes.op.args.dim: node 'op' \(mean\): dim=\[0, 2\] is the batch dimension of its input input "
+     r"\[2, 2, 4, 6\]\n  allowed: 1 to 3, or -1 to -3 from the end \(0 and -4 are the batch dimension\)"),
+    ({"block": "mean", "args": {"dim": -4}}, r"model.nodes.op.args.dim: node 'op' \(mean\): dim=\[-4\] is the batch"),
+    ({"block": "softmax", "args": {"dim": 0}}, r"model.nodes.op.args.dim: node 'op' \(softmax\): dim=0 is the batch"),
+    ({"block": "sum", "args": {"dim": 0}}, r"model.nodes.op.args.dim: node 'op' \(sum\)"),
+    ({"block": "flatten", "args": {"start_dim": 0}}, r"model.nodes.op.args.start_dim: node 'op' \(flatten\): "
+                                                       r"start_dim=0 is the batch"),
+    ({"block": "nn.Flatten", "args": {"start_dim": 0, "end_dim": 1}}, r"args.start_dim: node 'op' \(nn.Flatten\)"),
+    ({"block": "nn.Softmax", "args": {"dim": 0}}, r"args.dim: node 'op' \(nn.Softmax\): dim=0 is the batch"),
+    ({"block": "nn.Unflatten", "args": {"dim": 0, "unflattened_size": [1, 2]}}, r"args.dim: node 'op' \(nn.Unflatten\)"),
+    ({"block": "select", "args": {"index": 0, "dim": 0}}, r"args.dim: node 'op' \(select\): dim=0 is the batch"),
+    ({"block": "chunk", "args": {"dim": -4}}, r"args.dim: node 'op' \(chunk\)"),
+    ({"block": "transpose", "args": {"dim0": 0, "dim1": 1}}, r"args.dim0: node 'op' \(transpose\)"),
+    ({"block": "roll", "args": {"shifts": 1, "dims": [2, 0]}}, r"args.dims: node 'op' \(roll\): dims=\[2, 0\] is"),
+    ({"block": "slice", "args": {"dims": 0, "end": 1}}, r"args.dims: node 'op' \(slice\)"),
+    ({"block": "pad_to_multiple", "args": {"multiple": 4, "dims": 0}}, r"args.dims: node 'op' \(pad_to_multiple\)"),
+    ({"block": "unbind", "args": {"dim": 0}}, r"args.dim: node 'op' \(unbind\)"),
+    ({"block": "concat", "args": {"dim": 0}, "inputs": ["input", "input"]}, r"args.dim: node 'op' \(concat\)"),
+])
+def test_an_op_over_the_batch_dimension_is_refused_naming_the_argument(op: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_model(graph({"op": op}))
+
+
+def test_an_op_inside_a_composite_is_refused_where_it_is_used() -> None:
+    blocks = {"bad": {"nodes": {"m": {"block": "mean", "args": {"dim": 0}}}}}
+    with pytest.raises(ConfigError, match=r"^model.blocks.bad.nodes.m.args.dim: node 'm' \(mean\): dim=\[0\] is the "
+                                          r"batch dimension of its input input \[2, 2, 4, 6\] \[in model.nodes.b\]"):
+        build_model(graph({"b": {"block": "bad"}}, blocks=blocks))
+
+
+def test_ops_over_tensors_without_a_batch_dimension_use_every_dimension() -> None:
+    """A parameter or a constant has no batch dimension: a permute, a mean or a take over its dim 0 is fine
+    (Swin's relative position bias permutes a looked-up table), and so is dim 0 of an RNN's states."""
+    model = build_model(graph({
+        "table": {"block": "parameter", "args": {"shape": [5, 2], "init": "ones"}, "inputs": []},
+        "index": {"block": "constant", "args": {"shape": [4, 6], "value": "lambda i, j: (i + j) % 5"}, "inputs": []},
+        "lookup": {"block": "take", "args": {"dim": 0}, "inputs": ["table", "index"]},        # [4, 6, 2]
+        "moved": {"block": "permute", "args": {"dims": [2, 0, 1]}},                             # [2, 4, 6]
+        "summed": {"block": "sum", "args": {"dim": 0, "keepdim": True}},                        # [1, 4, 6]
+        "biased": {"block": "add", "args": {"broadcast": True}, "inputs": ["input", "summed"]},  # [B, 2, 4, 6]
+    }), seed=0)
+    x = torch.randn(3, 2, 4, 6)
+    torch.testing.assert_close(model(x), x + 2.0)
+
+
+def test_a_part_of_a_tensor_output_is_refused() -> None:
+    """`pool.0` on a node that gives a tensor indexed the batch: a head then gave (10,) for a batch of 4."""
+    nodes = {"pool": {"block": "mean", "args": {"dim": [2, 3]}},
+             "head": {"block": "nn.Linear", "args": {"out_features": "n_classes"}, "inputs": ["pool.0"]}}
+    with pytest.raises(ConfigError, match=r"(?s)^model.nodes.head.inputs\[0\]: cannot read 'pool.0': 'pool' gives one "
+                                          r"tensor, not parts \(\[2, 2\]\); .N reads a part of a tuple.*hint: read "
+                                          r"'pool' whole, or take a part of it with a select"):
+        build_model(graph(nodes))
+    with pytest.raises(ConfigError, match=r"cannot read 'g.1': 'g' gives one tensor, not parts \(\[3\]\)"):
+        build_model(graph({"g": {"block": "parameter", "args": {"shape": [3]}, "inputs": []},
+                           "m": {"block": "mul", "inputs": ["input", "g.1"]}}))
+
+
+# issue 38: a boolean argument takes true or false; the YAML string "false" is refused, not taken as true
+@pytest.mark.parametrize(("op", "key", "value"), [
+    ({"block": "matmul", "inputs": ["input", "input"]}, "transpose_b", "false"),
+    ({"block": "matmul", "inputs": ["input", "input"]}, "scaled", "no"),
+    ({"block": "conv", "args": {"out_channels": 4}}, "norm", "yes"),
+    ({"block": "nn.LayerNorm", "args": {"normalized_shape": 6}}, "elementwise_affine", "false"),
+    ({"block": "nn.MultiheadAttention", "args": {"embed_dim": 6, "num_heads": 1},
+      "inputs": ["input", "input", "input"]}, "batch_first", "true"),  # torch.nn's unannotated flags too
+    ({"block": "mean", "args": {"dim": 1}}, "keepdim", 1),
+    ({"block": "add", "inputs": ["input", "input"]}, "broadcast", "on"),
+])
+def test_a_boolean_argument_is_checked_as_every_typed_value(op: dict, key: str, value: object) -> None:
+    node = {**op, "args": {**op.get("args", {}), key: value}}
+    with pytest.raises(ConfigError, match=rf"^model.nodes.op.args.{key}: expected bool, got "
+                                          rf"{type(value).__name__} {value!r}\n  allowed: true or false"):
+        build_model(graph({"op": node}))
+
+
+def test_a_boolean_from_an_expression_and_an_activations_flag() -> None:
+    model = build_model(graph({"s": {"block": "matmul", "args": {"transpose_b": "scores > 0", "scaled": True},
+                                     "inputs": ["input", "input"]}}, params={"scores": 1}))
+    assert model.nodes.s.transpose_b is True
+    with pytest.raises(ConfigError, match=r"^model.nodes.c.args.activation.inplace: node 'c' \(conv\): expected bool, got str 'no'"):
+        build_model(graph({"c": {"block": "conv", "args": {"out_channels": 4,
+                                                          "activation": {"name": "relu", "inplace": "no"}}}}))
