@@ -120,7 +120,7 @@ class Add(_Elementwise):
 @BLOCKS.register("mul")
 @counts_from_children
 class Mul(_Elementwise):
-    """Element-wise product of its inputs, broadcasting (a gate times a feature map, a layer scale); or input * `scalar`."""
+    """Element-wise product of its inputs, broadcasting (a gate times a map, a layer scale); or input * `scalar`."""
 
     verb, combine = "multiply", operator.mul
 

@@ -33,7 +33,7 @@ MAX_CONSTANT_ELEMENTS = 2**26  # 64 Mi elements (256 MB of float32): far above a
 @BLOCKS.register("constant")
 @counts_from_children
 class Constant(nn.Module):
-    """A fixed tensor of `shape` holding `value` (a number, or a formula 'lambda i, j: ...' of each element's indices)."""
+    """A fixed tensor of `shape` holding `value`: a number, or a formula of its indices ('lambda i, j: ...')."""
 
     def __init__(self, shape: list[int], value: Any = 0.0, dtype: str | None = None) -> None:
         super().__init__()

@@ -3,12 +3,13 @@
 A string argument in a graph node may be an expression over the parameters in
 scope (``out_channels * expansion``, ``out_channels // 2``, ``2 if index == 0
 else 1``). The grammar is deliberately tiny: integer and float literals,
-``true``/``false``/``null``, parameter names, ``+ - * // %``, unary minus,
+``true``/``false``/``null``, parameter names, ``+ - * / // %`` (``/`` gives a float:
+a probability ``drop_path * index / 11``, never a width), unary minus,
 comparisons, ``and``/``or``/``not``, ``x if c else y``, the calls ``min``
 and ``max`` (of numbers, or of a list parameter's: ``min(input_size)``, the
 shorter side of the image) and one entry of a list parameter (``input_size[0]``, the
 height; ``input_shape[-1]``, the last size). Anything else (attributes, other calls,
-slices, ``/``, ``**``) is an error naming the expression, so a config can never run code.
+slices, ``**``) is an error naming the expression, so a config can never run code.
 
 ``lambda i, j: <expression>`` is a formula per element, not a number: it becomes an
 :class:`ElementFormula` that a ``constant`` block evaluates over its shape, its
@@ -33,13 +34,13 @@ from torch import Tensor
 
 from modelforge.errors import ConfigError, closest_names
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge}
 _CALLS = {"min": min, "max": max}
 _CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
-ALLOWED = ("integer literals, parameter names, + - * // %, comparisons, and/or/not, "
+ALLOWED = ("integer literals, parameter names, + - * / // %, comparisons, and/or/not, "
            "'a if cond else b', min(...), max(...), a list parameter's entry (input_size[0])")
 _TENSOR_COMPARE = {ast.Eq: torch.eq, ast.NotEq: torch.ne, ast.Lt: torch.lt, ast.LtE: torch.le,
                    ast.Gt: torch.gt, ast.GtE: torch.ge}
@@ -156,7 +157,7 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
                        suggestions=closest_names(node.id, names))
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             left, right = number(node.left), number(node.right)
-            if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and bool((right == 0).any() if isinstance(right, Tensor)
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and bool((right == 0).any() if isinstance(right, Tensor)
                                                                       else right == 0):
                 raise fail("division by zero")
             return _BINARY[type(node.op)](left, right)

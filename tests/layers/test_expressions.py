@@ -49,7 +49,8 @@ def test_a_formula_is_evaluated_per_element_with_python_arithmetic() -> None:
     from modelforge.layers.expressions import ElementFormula, resolve_args
 
     made = resolve_args("lambda i, j: 3 * (i >= h - 1) + (j % 2 == 1) * (1 + (j > 2))", {"h": 2}, "p")
-    assert isinstance(made, ElementFormula) and str(made) == "lambda i, j: 3 * (i >= h - 1) + (j % 2 == 1) * (1 + (j > 2))"
+    assert isinstance(made, ElementFormula)
+    assert str(made) == "lambda i, j: 3 * (i >= h - 1) + (j % 2 == 1) * (1 + (j > 2))"
     assert made.over([2, 5]).tolist() == [[0, 1, 0, 2, 0], [3, 4, 3, 5, 3]]  # a comparison counts 1 or 0, as in Python
     assert resolve_args("lambda i: min(i, 2) if i % 2 == 0 and not i == 4 else -1", {}, "p").over([5]).tolist() == \
         [0, -1, 2, -1, -1]

@@ -148,7 +148,8 @@ def test_a_learned_tensor_trains_and_is_in_the_state_dict() -> None:
                                                        r"start_dim=0 is the batch"),
     ({"block": "nn.Flatten", "args": {"start_dim": 0, "end_dim": 1}}, r"args.start_dim: node 'op' \(nn.Flatten\)"),
     ({"block": "nn.Softmax", "args": {"dim": 0}}, r"args.dim: node 'op' \(nn.Softmax\): dim=0 is the batch"),
-    ({"block": "nn.Unflatten", "args": {"dim": 0, "unflattened_size": [1, 2]}}, r"args.dim: node 'op' \(nn.Unflatten\)"),
+    ({"block": "nn.Unflatten", "args": {"dim": 0, "unflattened_size": [1, 2]}},
+     r"args.dim: node 'op' \(nn.Unflatten\)"),
     ({"block": "select", "args": {"index": 0, "dim": 0}}, r"args.dim: node 'op' \(select\): dim=0 is the batch"),
     ({"block": "chunk", "args": {"dim": -4}}, r"args.dim: node 'op' \(chunk\)"),
     ({"block": "transpose", "args": {"dim0": 0, "dim1": 1}}, r"args.dim0: node 'op' \(transpose\)"),
@@ -220,6 +221,7 @@ def test_a_boolean_from_an_expression_and_an_activations_flag() -> None:
     model = build_model(graph({"s": {"block": "matmul", "args": {"transpose_b": "scores > 0", "scaled": True},
                                      "inputs": ["input", "input"]}}, params={"scores": 1}))
     assert model.nodes.s.transpose_b is True
-    with pytest.raises(ConfigError, match=r"^model.nodes.c.args.activation.inplace: node 'c' \(conv\): expected bool, got str 'no'"):
+    with pytest.raises(ConfigError, match=r"^model.nodes.c.args.activation.inplace: node 'c' \(conv\): "
+                                          r"expected bool, got str 'no'"):
         build_model(graph({"c": {"block": "conv", "args": {"out_channels": 4,
                                                           "activation": {"name": "relu", "inplace": "no"}}}}))

@@ -93,7 +93,8 @@ def test_the_shift_changes_the_output_and_the_mask_is_torchvisions() -> None:
         assert (shifted.eval()(x) - plain.eval()(x)).abs().max() > 1e-2
     assert {"shift", "mask", "unshift"} <= set(shifted.attn) and not {"shift", "mask", "unshift"} & set(plain.attn)
     region = shifted.attn.region.tensor
-    assert region.shape == (6, 49) and region.dtype == torch.float32 and shifted.attn.offsets.tensor.dtype == torch.int64
+    assert region.shape == (6, 49) and region.dtype == torch.float32
+    assert shifted.attn.offsets.tensor.dtype == torch.int64
     assert "attn.offsets.tensor" not in shifted.state_dict()  # rebuilt from the config, not saved
 
 
@@ -120,3 +121,72 @@ def test_the_block_runs_on_meta_and_fake_tensors() -> None:
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         out = ours.eval()(mode.from_tensor(torch.zeros(2, 13, 17, CHANNELS)))
     assert out.shape == (2, 13, 17, CHANNELS)
+
+
+# --------------------------------------------------------------------------------------------
+# conf/model/swin_t.yaml: torchvision's swin_t, stage by stage
+
+STAGES = {"1": "stage1", "2": "merge1", "3": "stage2", "4": "merge2", "5": "stage3", "6": "merge3", "7": "stage4"}
+BLOCK_NAMES = {**PAIRS, "attn.relative_position_bias_table": "attn.table"}
+
+
+def our_key(key: str) -> str | None:
+    """torchvision's SwinTransformer state_dict key -> ours (None: its relative position index, a constant here)."""
+    if key.endswith("relative_position_index"):
+        return None
+    parts = key.split(".")
+    if parts[0] == "features" and parts[1] == "0":
+        return "nodes." + {"0": "patches", "2": "embed_norm"}[parts[2]] + "." + parts[3]
+    if parts[0] == "features" and STAGES[parts[1]].startswith("merge"):
+        return f"nodes.{STAGES[parts[1]]}.{'.'.join(parts[2:])}"
+    if parts[0] == "features":
+        inner, kind = ".".join(parts[3:-1]), parts[-1]
+        name = BLOCK_NAMES[inner] if inner in BLOCK_NAMES else BLOCK_NAMES[f"{inner}.{kind}"]
+        return f"nodes.{STAGES[parts[1]]}.{parts[2]}.{name}." + ("weight" if inner not in BLOCK_NAMES else kind)
+    return f"nodes.{key}"
+
+
+def swin_t_pair(side: int, dim: int) -> tuple[nn.Module, nn.Module]:
+    """torchvision's swin_t (embed_dim ``dim``: 96 is swin_t's) with random weights, and ours with them."""
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    from modelforge import create_model
+
+    torch.manual_seed(0)
+    reference = SwinTransformer([4, 4], dim, [2, 2, 6, 2], [3, 6, 12, 24], [7, 7], stochastic_depth_prob=0.2)
+    ours = create_model("swin_t", ["in_channels=3", "n_classes=1000", f"input_size=[{side},{side}]",
+                                   f"params.dim={dim}"], seed=0)
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.normal_(0.0, 0.1)
+    state = {our_key(k): v for k, v in reference.state_dict().items() if our_key(k) is not None}
+    ours.load_state_dict(state, strict=True)
+    return reference, ours
+
+
+def check_swin_t(side: int, dim: int, record_property: Callable[[str, Any], None]) -> None:
+    reference, ours = swin_t_pair(side, dim)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in reference.parameters())
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        expected, got = reference.eval()(x), ours.eval()(x)
+    diff = (got - expected).abs().max().item()
+    record_property("summary", f"swin_t (embed_dim {dim}) at {side}x{side}: max |ours - torchvision| {diff:.2e} "
+                               f"(outputs up to {expected.abs().max().item():.2f})")
+    assert got.shape == expected.shape == (2, 1000) and diff <= 1e-5 * max(1.0, expected.abs().max().item())
+    probabilities = [m.p for m in ours.modules() if type(m).__name__ == "StochasticDepth" and m.p]
+    theirs = [m.p for m in reference.modules() if type(m).__name__ == "StochasticDepth" and m.p]
+    assert probabilities[::2] == theirs  # ours: one module per residual branch, torchvision's serves both
+
+
+def test_swin_t_narrow_equals_torchvisions_at_a_size_that_pads(record_property: Callable[[str, Any], None]) -> None:
+    """swin_t's file at a quarter of its width (embed_dim 24) and 3x72x72 (stages of 18, 9, 5 and 3: shifted,
+    padded, one window): every part of the zoo model's path, quickly."""
+    check_swin_t(72, 24, record_property)
+
+
+@pytest.mark.slow
+def test_swin_t_equals_torchvisions(record_property: Callable[[str, Any], None]) -> None:
+    """swin_t itself: 28,288,354 parameters at 3x224x224 and 1000 classes."""
+    check_swin_t(224, 96, record_property)
+    assert sum(p.numel() for p in swin_t_pair(224, 96)[1].parameters()) == 28_288_354
