@@ -265,6 +265,11 @@ class ClassToken(nn.Module):
         super().__init__()
         self.token = nn.Parameter(torch.zeros(1, 1, in_features))
 
+    def reset_parameters(self) -> None:
+        """Zeros again (torch's convention: also after ``to_empty`` of a module built on meta)."""
+        with torch.no_grad():
+            self.token.zero_()
+
     def forward(self, x: Tensor) -> Tensor:
         return torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1)
 
@@ -276,7 +281,13 @@ class PositionEmbedding(nn.Module):
 
     def __init__(self, num_tokens: int, in_features: int, std: float = 0.02) -> None:
         super().__init__()
+        self.std = std
         self.embedding = nn.Parameter(torch.randn(1, num_tokens, in_features) * std)
+
+    def reset_parameters(self) -> None:
+        """A new draw from N(0, std^2) (torch's convention: also after ``to_empty`` of a module built on meta)."""
+        with torch.no_grad():
+            self.embedding.normal_(0.0, self.std)
 
     def forward(self, x: Tensor) -> Tensor:
         return x + self.embedding

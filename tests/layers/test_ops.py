@@ -72,3 +72,15 @@ def test_a_learned_tensor_is_a_parameter_filled_by_its_init() -> None:
     assert torch.all(LearnedTensor([3]).weight == 0)  # zeros unless told
     torch.manual_seed(0)
     assert LearnedTensor([100], init={"name": "trunc_normal", "std": 0.02})().abs().max() <= 0.04
+
+
+def test_learned_tensors_fill_again_after_a_build_on_the_meta_device() -> None:
+    """torch's convention for modules built on meta: ``to_empty`` then ``reset_parameters`` fills them by their init."""
+    from modelforge.layers import ClassToken, PositionEmbedding
+
+    with torch.device("meta"):
+        gamma, token, position = LearnedTensor([4, 1, 1], init="ones"), ClassToken(8), PositionEmbedding(5, 8, std=0.5)
+    for module in (gamma, token, position):
+        module.to_empty(device="cpu").reset_parameters()
+    assert torch.all(gamma() == 1) and torch.all(token.token == 0)
+    assert 0.2 < position.embedding.std().item() < 0.8
