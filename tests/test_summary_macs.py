@@ -225,8 +225,8 @@ def test_a_permute_that_moves_the_batch_is_one_error_before_the_summary(run_main
     result = run_main("summary", "--config-dir", "configs", "model=batch_moved", cwd=user_models)
     assert result.returncode == 2
     assert result.stderr.splitlines()[0] == (
-        "error: model.nodes.chw.args.dims: node 'chw' (permute): [1, 0, 2, 3] moves the batch dimension (0) to place 1 "
-        "of its input up [2, 2, 56, 56]"), result.stderr
+        "error: model.nodes.chw.args.dims: node 'chw' (permute): [1, 0, 2, 3] moves the batch dimension (0) of its "
+        "input to place 1: up [2, 2, 56, 56]"), result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.errors import ConfigError, closest_names
+from modelforge.layers.batch_dim import BatchProblem, broadcast_batch_problem
 from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
 
@@ -78,6 +79,10 @@ class _Elementwise(nn.Module):
         problem = broadcast_problem(shapes, self.outer)
         hint = " (outer: true allows it)" if problem and "none of them" in problem else ""
         return f"cannot {self.verb} inputs that {problem}{hint}:" if problem else None
+
+    def batch_problem(self, shapes: Sequence[Sequence[int]], batched: Sequence[bool]) -> BatchProblem | None:
+        """Each input with a batch dimension keeps it first in the result."""
+        return broadcast_batch_problem(shapes, batched)
 
     def extra_repr(self) -> str:
         return ", ".join([*([f"scalar={self.scalar}"] if self.scalar is not None else []),
@@ -241,6 +246,22 @@ class MatMul(nn.Module):
         if broadcast_problem([a[:-2], b[:-2]]) == "do not broadcast":
             return "cannot multiply: the batch dimensions do not broadcast; got"
         return None
+
+    def batch_problem(self, shapes: Sequence[Sequence[int]], batched: Sequence[bool]) -> BatchProblem | None:
+        """A batch dimension stays a batch dimension of the product (never one of the multiplied matrices'),
+        first: a [B, D] first input times a weight [D, K] is fine, a [B, D] second input is not."""
+        if len(shapes) != 2:
+            return None
+        (a, b), most = shapes, max(len(s) for s in shapes)
+        allowed = "a batch dimension among the leading (broadcast) ones of both inputs, or a first input [B, D] " \
+                  "times an input without one [D, K]"
+        if batched[1] and len(b) == 2:
+            return BatchProblem(None, "its second input's batch dimension would be a dimension of the matrices "
+                                "multiplied (the product sums over the samples)", allowed)
+        if batched[0] and len(a) == 2 and (batched[1] or len(b) != 2):
+            return BatchProblem(None, "its first input's batch dimension would be a row of the matrices multiplied, "
+                                "not stay first in the product", allowed)
+        return broadcast_batch_problem(shapes, batched) if most > 2 else None
 
     def own_macs(self, inputs: tuple[Any, ...], output: Tensor) -> int:
         """One multiply-accumulate per output element and shared index (torch's bmm count / 2)."""

@@ -9,8 +9,9 @@ batch dimension and refuses the node, naming the argument. Tensors that come fro
 (a ``parameter``, a ``constant``) have no batch dimension, and ops over them may use every one.
 
 A block of ours says which of its attributes name dimensions of its (first) input with the class
-attribute ``dim_args``, or answers itself with ``batch_problem(shape)``; torch.nn modules with a
-``dim`` are listed here.
+attribute ``dim_args``, or answers itself with ``batch_problem(shapes, batched)`` (the shapes of its
+inputs and which of them have a batch dimension: ``matmul`` and the element-wise ops, whose inputs
+must keep it first in the result); torch.nn modules with a ``dim`` are listed here.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ _IMPLICIT_SOFTMAX = (nn.Softmax, nn.LogSoftmax, nn.Softmin)
 
 
 class BatchProblem(NamedTuple):
-    """Why a block would touch the batch dimension: the argument, the problem in words, what is allowed."""
+    """Why a block would touch the batch dimension: the argument (None: its inputs, as wired), the problem
+    in words, what is allowed."""
 
-    arg: str
+    arg: str | None
     problem: str
     allowed: str
 
@@ -57,30 +59,49 @@ def dims_problem(module: nn.Module, args: Sequence[str], ndim: int) -> BatchProb
         dims = value if isinstance(value, (list, tuple)) else [value]
         for dim in dims:
             if isinstance(dim, int) and not isinstance(dim, bool) and is_batch_dim(dim, ndim):
-                return BatchProblem(arg, f"{arg}={value!r} is the batch dimension", allowed_dims(ndim))
+                return BatchProblem(arg, f"{arg}={value!r} is the batch dimension of its input",
+                                    allowed_dims(ndim))
     return None
 
 
-def batch_dim_problem(module: nn.Module, shape: Sequence[int]) -> BatchProblem | None:
-    """Why ``module`` would touch the batch dimension of an input of ``shape`` (batch first); None: it does not."""
-    ndim = len(shape)
+def broadcast_batch_problem(shapes: Sequence[Sequence[int]], batched: Sequence[bool]) -> BatchProblem | None:
+    """Inputs combined element-wise: each with a batch dimension keeps it first in the result (an input of
+    fewer dimensions than the others would have its batch broadcast along another one)."""
+    most = max((len(s) for s in shapes), default=0)
+    for i, (shape, has) in enumerate(zip(shapes, batched)):
+        if has and len(shape) < most:
+            return BatchProblem(None, f"its input {i} has the batch dimension first but {len(shape)} dimensions, "
+                                f"and the result {most}: its batch would broadcast along dimension {most - len(shape)},"
+                                " not stay first", "inputs whose batch dimension stays first: as many dimensions "
+                                "as the result (a parameter or constant may have fewer)")
+    return None
+
+
+def batch_dim_problem(module: nn.Module, shapes: Sequence[Sequence[int]],
+                      batched: Sequence[bool]) -> BatchProblem | None:
+    """Why ``module`` would touch the batch dimension of its inputs (of ``shapes``; ``batched``: which have one,
+    first); None: it does not."""
     own = getattr(module, "batch_problem", None)
     if own is not None:
-        return own(shape)
+        return own(shapes, batched)
+    if not shapes or not batched[0]:
+        return None
+    ndim = len(shapes[0])
     args = getattr(type(module), "dim_args", None) or _TORCH_DIM_ARGS.get(type(module))
-    if isinstance(module, _IMPLICIT_SOFTMAX) and module.dim is None and ndim in (0, 1, 3):
-        return BatchProblem("dim", f"no dim: torch then takes dim 0 of a {ndim}-dimensional input, the batch's",
-                            allowed_dims(ndim) + "; write the dim (-1: the last)")
+    if isinstance(module, _IMPLICIT_SOFTMAX) and module.dim is None and ndim in (1, 3):
+        return BatchProblem("dim", f"no dim: torch then takes dim 0 of a {ndim}-dimensional input, the batch "
+                            "dimension of its input", allowed_dims(ndim) + "; write the dim (-1: the last)")
     return dims_problem(module, args, ndim) if args else None
 
 
-def check_batch_dim(module: nn.Module, shape: Sequence[int], path: str, what: str, described: str) -> None:
-    """Refuse ``module`` (``what``: ``node 'x' (permute)``; ``path``: of its arguments) if it would touch
-    the batch dimension of its input (``described``: its label and shape)."""
-    problem = batch_dim_problem(module, shape)
+def check_batch_dim(module: nn.Module, shapes: Sequence[Sequence[int]], batched: Sequence[bool], path: str,
+                    what: str, described: str) -> None:
+    """Refuse ``module`` (``what``: ``node 'x' (permute)``; ``path``: the node's) if it would touch the batch
+    dimension of its inputs (of ``shapes``; ``batched``: which have one; ``described``: their labels and shapes)."""
+    problem = batch_dim_problem(module, [list(s) for s in shapes], list(batched))
     if problem is not None:
-        raise ConfigError(f"{path}.{problem.arg}", f"{what}: {problem.problem} of its input {described}",
-                          allowed=problem.allowed,
+        where = f"{path}.args.{problem.arg}" if problem.arg else f"{path}.inputs"
+        raise ConfigError(where, f"{what}: {problem.problem}: {described}", allowed=problem.allowed,
                           hint="dimension 0 holds the samples of a batch; an op over it mixes them")
 
 

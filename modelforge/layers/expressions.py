@@ -157,8 +157,8 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
                        suggestions=closest_names(node.id, names))
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             left, right = number(node.left), number(node.right)
-            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and bool((right == 0).any() if isinstance(right, Tensor)
-                                                                      else right == 0):
+            zero = (right == 0).any() if isinstance(right, Tensor) else right == 0
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and bool(zero):
                 raise fail("division by zero")
             return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):

@@ -173,10 +173,11 @@ class Permute(nn.Module):
             return f"orders {len(self.dims)} dimensions ({self.dims}), but its input has {len(shapes[0])}:"
         return None
 
-    def batch_problem(self, shape: Sequence[int]) -> BatchProblem | None:
+    def batch_problem(self, shapes: Sequence[Sequence[int]], batched: Sequence[bool]) -> BatchProblem | None:
         """The batch dimension stays first."""
-        if self.dims and self.dims[0] != 0:
-            return BatchProblem("dims", f"{self.dims} moves the batch dimension (0) to place {self.dims.index(0)}",
+        if batched[0] and self.dims and self.dims[0] != 0:
+            return BatchProblem("dims", f"{self.dims} moves the batch dimension (0) of its input to place "
+                                f"{self.dims.index(0)}",
                                 f"an order that keeps 0 first, e.g. {[0, *sorted(d for d in self.dims if d)]}")
         return None
 

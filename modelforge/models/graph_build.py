@@ -300,8 +300,9 @@ class GraphBuilder:
             raise ConfigError(path, f"node {name!r} ({block_name}){'' if tuples else ':'} {problem}",
                               hint=tuple_hint) from None
         _check_inputs(name, block_name, block, labels, shapes, described, path)
-        if batched and batched[0] and isinstance(inputs[0], Tensor):
-            check_batch_dim(block, list(shapes[0]), f"{path}.args", f"node {name!r} ({block_name})", described)
+        if any(batched):
+            check_batch_dim(block, shapes, [b and isinstance(x, Tensor) for x, b in zip(inputs, batched)], path,
+                            f"node {name!r} ({block_name})", described)
         try:
             with torch.no_grad():
                 out = block.eval()(*inputs)

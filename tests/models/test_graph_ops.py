@@ -136,10 +136,10 @@ def test_a_learned_tensor_trains_and_is_in_the_state_dict() -> None:
 # issue 38: an op over the batch dimension mixes a batch's samples; refused while building, naming the argument
 @pytest.mark.parametrize(("op", "message"), [
     ({"block": "permute", "args": {"dims": [1, 0, 2, 3]}},
-     r"(?s)^model.nodes.op.args.dims: node 'op' \(permute\): \[1, 0, 2, 3\] moves the batch dimension \(0\) to "
-     r"place 1 of its input input \[2, 2, 4, 6\]\n  allowed: an order that keeps 0 first, e.g. \[0, 1, 2, 3\]"),
+     r"(?s)^model.nodes.op.args.dims: node 'op' \(permute\): \[1, 0, 2, 3\] moves the batch dimension \(0\) of "
+     r"its input to place 1: input \[2, 2, 4, 6\]\n  allowed: an order that keeps 0 first, e.g. \[0, 1, 2, 3\]"),
     ({"block": "mean", "args": {"dim": [0, 2]}},
-     r"(?s)model.nodes.op.args.dim: node 'op' \(mean\): dim=\[0, 2\] is the batch dimension of its input input "
+     r"(?s)model.nodes.op.args.dim: node 'op' \(mean\): dim=\[0, 2\] is the batch dimension of its input: input "
      r"\[2, 2, 4, 6\]\n  allowed: 1 to 3, or -1 to -3 from the end \(0 and -4 are the batch dimension\)"),
     ({"block": "mean", "args": {"dim": -4}}, r"model.nodes.op.args.dim: node 'op' \(mean\): dim=\[-4\] is the batch"),
     ({"block": "softmax", "args": {"dim": 0}}, r"model.nodes.op.args.dim: node 'op' \(softmax\): dim=0 is the batch"),
@@ -167,7 +167,7 @@ def test_an_op_over_the_batch_dimension_is_refused_naming_the_argument(op: dict,
 def test_an_op_inside_a_composite_is_refused_where_it_is_used() -> None:
     blocks = {"bad": {"nodes": {"m": {"block": "mean", "args": {"dim": 0}}}}}
     with pytest.raises(ConfigError, match=r"^model.blocks.bad.nodes.m.args.dim: node 'm' \(mean\): dim=\[0\] is the "
-                                          r"batch dimension of its input input \[2, 2, 4, 6\] \[in model.nodes.b\]"):
+                                          r"batch dimension of its input: input \[2, 2, 4, 6\] \[in model.nodes.b\]"):
         build_model(graph({"b": {"block": "bad"}}, blocks=blocks))
 
 
@@ -225,3 +225,33 @@ def test_a_boolean_from_an_expression_and_an_activations_flag() -> None:
                                           r"expected bool, got str 'no'"):
         build_model(graph({"c": {"block": "conv", "args": {"out_channels": 4,
                                                           "activation": {"name": "relu", "inplace": "no"}}}}))
+
+
+@pytest.mark.parametrize(("nodes", "message"), [
+    ({"flat": {"block": "flatten"},
+      "gram": {"block": "matmul", "args": {"transpose_b": True}, "inputs": ["flat", "flat"]}},
+     r"(?s)^model.nodes.gram.inputs: node 'gram' \(matmul\): its second input's batch dimension would be a dimension "
+     r"of the matrices multiplied \(the product sums over the samples\): flat \[2, 48\], flat \[2, 48\]"),
+    ({"flat": {"block": "flatten"}, "w": {"block": "parameter", "args": {"shape": [3, 48, 5]}, "inputs": []},
+      "m": {"block": "matmul", "inputs": ["flat", "w"]}},
+     r"model.nodes.m.inputs: node 'm' \(matmul\): its first input's batch dimension would be a row"),
+    ({"flat": {"block": "flatten", "args": {"start_dim": 2}},                                       # [B, 2, 24]
+      "w": {"block": "parameter", "args": {"shape": [3, 1, 1, 24]}, "inputs": []},
+      "m": {"block": "mul", "args": {"outer": True}, "inputs": ["flat", "w"]}},                  # [3, B, 2, 24]
+     r"model.nodes.m.inputs: node 'm' \(mul\): its input 0 has the batch dimension first but 3 dimensions, and the "
+     r"result 4: its batch would broadcast along dimension 1, not stay first"),
+])
+def test_a_product_or_broadcast_that_moves_the_batch_is_refused(nodes: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_model(graph(nodes))
+
+
+def test_a_batch_times_a_weight_and_a_bias_of_fewer_dimensions_are_fine() -> None:
+    model = build_model(graph({
+        "flat": {"block": "flatten"},                                                           # [B, 48]
+        "w": {"block": "parameter", "args": {"shape": [48, 10], "init": "ones"}, "inputs": []},
+        "m": {"block": "matmul", "inputs": ["flat", "w"]},                                     # [B, 10]
+        "b": {"block": "parameter", "args": {"shape": [10], "init": "ones"}, "inputs": []},
+        "out": {"block": "add", "args": {"broadcast": True}, "inputs": ["m", "b"]}}), seed=0)
+    x = torch.randn(3, 2, 4, 6)
+    torch.testing.assert_close(model(x), x.flatten(1).sum(1, keepdim=True).expand(3, 10) + 1)
