@@ -108,7 +108,7 @@ def test_the_builtin_data_modules_are_the_classes_their_names_defer_to() -> None
 
 
 def test_glob_filter() -> None:
-    assert modelforge.BLOCKS.names("con*", plugins=False) == ["concat", "conv"]
+    assert modelforge.BLOCKS.names("con*", plugins=False) == ["concat", "constant", "conv"]
     matched = modelforge.BLOCKS.names("con*")
     assert {"concat", "conv"} <= set(matched) and all(n.startswith("con") for n in matched)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from modelforge.inspect.flops import (
 )
 from modelforge.inspect.summary import describe_model, format_summary, summarize
 from modelforge.layers.blocks import ConvBlock, LinearBlock
+from tests.conftest import run_cli
 
 # The default cnn, by hand (per sample; a conv output pixel costs k*k*c_in MACs per output channel):
 CONV1 = 28 * 28 * 32 * (3 * 3 * 1)       # 1 -> 32, 3x3, padding 1, on 28x28; then 2x2 max pool -> 14x14
@@ -144,3 +146,105 @@ def test_the_model_line_of_a_graph_is_its_files_name() -> None:
         f"yolov8_cls (scale m): {sum(p.numel() for p in model.parameters()):,} params, 7 MACs per sample, input [1, 28, 28]"
     assert model_label({"name": "graph"}, ModelFiles("configs/my_net.yaml", ())) == "my_net"
     assert model_label({"name": "graph"}) == "graph" and model_label({"name": "cnn"}, ModelFiles("cnn", ())) == "cnn"
+
+
+# issue 39: summary and its MACs for any graph that builds, as a user runs it on a model file of their own
+SWINISH = """\
+defaults:
+  - /model_defaults/graph@_here_
+  - /blocks/swin@blocks
+  - _self_
+name: graph
+nodes:
+  patches: {block: nn.Conv2d, args: {out_channels: 32, kernel_size: 2, stride: 2}}   # [B, 32, 14, 14]
+  last:    {block: permute, args: {dims: [0, 2, 3, 1]}}                             # [B, 14, 14, 32]
+  norm:    {block: nn.LayerNorm, args: {normalized_shape: 32}}
+  plain:   {block: swin_block, args: {heads: 2, window: 7}}
+  shifted: {block: swin_block, args: {heads: 2, window: 7, shifted: true}}
+  pool:    {block: mean, args: {dim: [1, 2]}}
+  head:    {block: nn.Linear, args: {out_features: n_classes}}
+"""
+
+# a learned map permuted under no_grad, beside a layer only FlopCounterMode can count (PixelShuffle):
+# summary died in a 120-line traceback from torch's module tracker ("Expected gradient function to be set")
+LEARNED_MAP = """\
+defaults:
+  - /model_defaults/graph@_here_
+  - _self_
+name: graph
+nodes:
+  conv:  {block: nn.Conv2d, args: {out_channels: 8, kernel_size: 1}}    # [B, 8, 28, 28]
+  up:    {block: nn.PixelShuffle, args: {upscale_factor: 2}}            # [B, 2, 56, 56]
+  map:   {block: parameter, args: {shape: [56, 56, 2]}, inputs: []}
+  chw:   {block: permute, args: {dims: [2, 0, 1]}}                      # [2, 56, 56]
+  mixed: {block: mul, inputs: [up, chw]}
+  pool:  {block: mean, args: {dim: [2, 3]}}
+  head:  {block: nn.Linear, args: {out_features: n_classes}}
+"""
+
+
+@pytest.fixture(scope="module")
+def user_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("summary_project")
+    (root / "configs" / "model").mkdir(parents=True)
+    (root / "configs" / "model" / "swinish.yaml").write_text(SWINISH)
+    (root / "configs" / "model" / "learned_map.yaml").write_text(LEARNED_MAP)
+    (root / "configs" / "model" / "batch_moved.yaml").write_text(LEARNED_MAP.replace(
+        "  chw:   {block: permute, args: {dims: [2, 0, 1]}}", "  chw:   {block: permute, args: {dims: [1, 0, 2, 3]}, "
+        "inputs: [up]}").replace("inputs: [up, chw]", "inputs: [map, chw]"))
+    return root
+
+
+def test_summary_of_a_swin_graph_prints_its_macs(run_main, user_models: Path) -> None:
+    result = run_main("summary", "--config-dir", "configs", "model=swinish", cwd=user_models)
+    assert result.returncode == 0, result.stderr
+    model = create_model("swinish", config_dir=user_models / "configs", seed=0)
+    assert all(_countable(m) for m in model.modules())  # counted by hooks: every op is known
+    macs = forward_macs(model, lambda: model.eval()(torch.zeros(2, *model.input_shape)), 2)
+    assert macs == _flop_counter_macs(model, model.input_shape)  # as torch counts it
+    attention = 2 * 4 * 2 * 49 * 49 * 16  # per block: scores and weighted sum, 4 windows, 2 heads of 16
+    assert macs["nodes.shifted.attn"] == 196 * 32 * 96 + attention + 196 * 32 * 32  # qkv, attention, proj
+    buffers = 49 * 49 + 4 * 49  # the constants: offsets in a window, region ids of 4 windows (not saved)
+    assert re.search(rf"nodes\.shifted\s+swin_block\s+\[2, 14, 14, 32\]\s+13,042\s+{buffers:,}\s+"
+                     rf"{macs['nodes.shifted']:,}$", result.stdout, re.M), result.stdout
+    assert f"Total MACs: {macs['']:,} per sample" in result.stdout
+
+
+def test_summary_of_a_permuted_parameter_beside_a_layer_of_unknown_kind(user_models: Path) -> None:
+    result = run_cli("summary", "--config-dir", "configs", "model=learned_map", cwd=user_models)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    conv, head = 28 * 28 * 8 * 1, 2 * 10
+    assert f"Total MACs: {conv + head:,} per sample" in result.stdout, result.stdout
+    model = create_model("learned_map", config_dir=user_models / "configs", seed=0)
+    assert not _countable(model.nodes.up) and count_macs(model, model.input_shape)[0] == conv + head
+    assert all(p.requires_grad for p in model.parameters())  # as they were
+
+
+def test_a_permute_that_moves_the_batch_is_one_error_before_the_summary(run_main, user_models: Path) -> None:
+    result = run_main("summary", "--config-dir", "configs", "model=batch_moved", cwd=user_models)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        "error: model.nodes.chw.args.dims: node 'chw' (permute): [1, 0, 2, 3] moves the batch dimension (0) of its "
+        "input to place 1: up [2, 2, 56, 56]"), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_flop_counter_still_fails_on_a_no_grad_view_of_a_parameter() -> None:
+    """The torch behaviour modelforge.inspect.flops works around (parameters' requires_grad off while counting):
+    when this test fails, torch has fixed it and the workaround can go."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Viewed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(2, 3))
+
+        def forward(self) -> torch.Tensor:
+            return self.weight.t()
+
+    model = nn.Sequential()
+    model.add_module("viewed", Viewed())
+    with pytest.raises(AssertionError, match="Expected gradient function to be set"), torch.no_grad(), \
+            FlopCounterMode(display=False):
+        model.viewed()

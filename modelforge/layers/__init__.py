@@ -4,8 +4,9 @@ Importing this package registers the built-in names.
 """
 
 from modelforge.layers.activations import make_activation
-from modelforge.layers.arithmetic import Div, MatMul, Mul, Sub
-from modelforge.layers.blocks import Add, Concat, ConvBlock, LinearBlock, Pool
+from modelforge.layers.arithmetic import Add, Compare, Div, MaskedFill, MatMul, Mul, Neg, Sub
+from modelforge.layers.blocks import Concat, ConvBlock, LinearBlock, Pool
+from modelforge.layers.constants import Constant, Take
 from modelforge.layers.initializers import initialize, make_init_fn, make_initializer
 from modelforge.layers.learned import LearnedTensor
 from modelforge.layers.stochastic_depth import StochasticDepth
@@ -19,31 +20,44 @@ from modelforge.layers.tensor_ops import (
     Select,
     Softmax,
     Split,
+    Sum,
     Transpose,
+    Unbind,
 )
+from modelforge.layers.window_ops import PadToMultiple, Roll, Slice
 
 __all__ = [
     "Add",
     "Chunk",
     "ClassToken",
+    "Compare",
     "Concat",
+    "Constant",
     "ConvBlock",
     "Div",
     "LearnedTensor",
     "LinearBlock",
+    "MaskedFill",
     "MatMul",
     "Mean",
     "Mul",
+    "Neg",
+    "PadToMultiple",
     "Permute",
     "Pool",
     "PositionEmbedding",
     "Reshape",
+    "Roll",
     "Select",
+    "Slice",
     "Softmax",
     "Split",
     "StochasticDepth",
     "Sub",
+    "Sum",
+    "Take",
     "Transpose",
+    "Unbind",
     "initialize",
     "make_activation",
     "make_init_fn",

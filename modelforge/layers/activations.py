@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from modelforge.layers.kwargs import check_kwargs, split_spec
+from modelforge.layers.kwargs import check_arg_types, check_kwargs, split_spec
 from modelforge.registry import ACTIVATIONS
 
 for _name, _factory, _doc in [
@@ -38,5 +38,6 @@ def make_activation(spec: Any, path: str = "activation") -> nn.Module:
     name, options = split_spec(spec, path, "activation")
     factory = ACTIVATIONS.get(name, path=path)
     check_kwargs(factory, options, path, f"activation {name!r}")
+    check_arg_types(factory, options, path)
     # nn.Identity swallows any argument; it takes none that matter.
     return factory(**options) if options else factory()

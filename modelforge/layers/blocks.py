@@ -15,6 +15,7 @@ from torch import nn
 
 from modelforge.errors import ConfigError
 from modelforge.layers.activations import make_activation
+from modelforge.layers.arithmetic import Add  # noqa: F401  (registered there; importable here as before)
 from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
 
@@ -126,29 +127,12 @@ BLOCKS.add("dropout", nn.Dropout, description="Dropout with probability p")
 BLOCKS.add("activation", make_activation, description="A lone activation, e.g. {spec: relu}")
 
 
-@BLOCKS.register("add")
-@counts_from_children
-class Add(nn.Module):
-    """Merge node: element-wise sum of its inputs (all of one shape)."""
-
-    def __init__(self) -> None:  # of its own, so that an argument it does not take is named as such
-        super().__init__()
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        out = inputs[0]
-        for x in inputs[1:]:
-            out = out + x
-        return out
-
-    def check_shapes(self, shapes: Sequence[Sequence[int]]) -> str | None:
-        """All inputs of one shape (no broadcasting: a residual sum of mismatched maps is a wiring mistake)."""
-        return None if all(list(s) == list(shapes[0]) for s in shapes) else "cannot add inputs of shapes"
-
-
 @BLOCKS.register("concat")
 @counts_from_children
 class Concat(nn.Module):
     """Merge node: concatenation of its inputs along ``dim`` (channels by default)."""
+
+    dim_args = ("dim",)
 
     def __init__(self, dim: int = 1) -> None:
         super().__init__()

@@ -3,11 +3,18 @@
 A string argument in a graph node may be an expression over the parameters in
 scope (``out_channels * expansion``, ``out_channels // 2``, ``2 if index == 0
 else 1``). The grammar is deliberately tiny: integer and float literals,
-``true``/``false``/``null``, parameter names, ``+ - * // %``, unary minus,
-comparisons, ``and``/``or``/``not``, ``x if c else y``, and the calls ``min``
+``true``/``false``/``null``, parameter names, ``+ - * / // %`` (``/`` gives a float:
+a probability ``drop_path * index / 11``, never a width), unary minus,
+comparisons, ``and``/``or``/``not``, ``x if c else y``, the calls ``min``
 and ``max`` (of numbers, or of a list parameter's: ``min(input_size)``, the
-shorter side of the image). Anything else (attributes, subscripts, other calls, ``/``, ``**``)
-is an error naming the expression, so a config can never run code.
+shorter side of the image) and one entry of a list parameter (``input_size[0]``, the
+height; ``input_shape[-1]``, the last size). Anything else (attributes, other calls,
+slices, ``**``) is an error naming the expression, so a config can never run code.
+
+``lambda i, j: <expression>`` is a formula per element, not a number: it becomes an
+:class:`ElementFormula` that a ``constant`` block evaluates over its shape, its
+arguments bound to each element's index along each dimension (the same grammar, on
+whole tensors at once; a comparison gives 1 or 0 when added or multiplied, as in Python).
 
 A string with neither a parameter nor a number in it (``relu``, ``max``,
 ``nn.GELU``) is a plain string, so arguments such as ``activation: relu`` keep
@@ -19,18 +26,56 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+import torch
+from torch import Tensor
 
 from modelforge.errors import ConfigError, closest_names
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge}
 _CALLS = {"min": min, "max": max}
 _CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
-ALLOWED = ("integer literals, parameter names, + - * // %, comparisons, and/or/not, "
-           "'a if cond else b', min(...), max(...)")
+ALLOWED = ("integer literals, parameter names, + - * / // %, comparisons, and/or/not, "
+           "'a if cond else b', min(...), max(...), a list parameter's entry (input_size[0])")
+_TENSOR_COMPARE = {ast.Eq: torch.eq, ast.NotEq: torch.ne, ast.Lt: torch.lt, ast.LtE: torch.le,
+                   ast.Gt: torch.gt, ast.GtE: torch.ge}
+
+
+@dataclass(frozen=True)
+class ElementFormula:
+    """``lambda i, j: ...`` from a config: a value per element of a tensor, from the element's indices.
+
+    ``names`` are the parameters in scope where it was written (plain numbers and lists); the
+    formula is evaluated by the same walker as every expression, on index tensors.
+    """
+
+    args: tuple[str, ...]
+    body: str
+    names: tuple[tuple[str, Any], ...]
+    path: str
+
+    def over(self, shape: list[int]) -> Tensor:
+        """The formula's value at every index of ``shape`` (one argument per dimension)."""
+        if len(shape) != len(self.args):
+            raise ConfigError(self.path, f"formula 'lambda {', '.join(self.args)}: ...' takes {len(self.args)} "
+                              f"indices, but the tensor has {len(shape)} dimensions {shape}",
+                              allowed="one argument per dimension of the shape")
+        grids = {arg: torch.arange(size).view([size if d == k else 1 for d in range(len(shape))])
+                 for k, (arg, size) in enumerate(zip(self.args, shape))}
+        tree = _parse(self.body)
+        assert tree is not None  # parsed when the formula was made
+        value = _evaluate_tree(tree, self.body, {**dict(self.names), **grids}, self.path)
+        if not isinstance(value, Tensor):
+            value = torch.tensor(value)
+        return value.expand(shape).clone()
+
+    def __str__(self) -> str:
+        return f"lambda {', '.join(self.args)}: {self.body}"
 
 
 def _parse(text: str) -> ast.expr | None:
@@ -52,6 +97,8 @@ def resolve_string(text: str, names: Mapping[str, Any], path: str) -> Any:
         return text
     if isinstance(tree, ast.Constant):
         return tree.value if isinstance(tree.value, str) else text
+    if isinstance(tree, ast.Lambda):
+        return _evaluate_tree(tree, text, names, path)
     if isinstance(tree, ast.Name) and tree.id not in names and tree.id not in _CONSTANTS:
         close = closest_names(tree.id, names)
         if close:
@@ -89,9 +136,14 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
 
     def number(node: ast.expr) -> Any:
         value = walk(node)
+        if isinstance(value, Tensor):  # inside a formula: a comparison counts as 1 or 0, as in Python
+            return value.long() if value.dtype == torch.bool else value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise fail(f"{ast.unparse(node)!r} is {value!r}, not a number")
         return value
+
+    def truth(value: Any) -> Any:
+        return value.bool() if isinstance(value, Tensor) else bool(value)
 
     def walk(node: ast.expr) -> Any:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
@@ -105,36 +157,90 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
                        suggestions=closest_names(node.id, names))
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             left, right = number(node.left), number(node.right)
-            if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and right == 0:
+            zero = (right == 0).any() if isinstance(right, Tensor) else right == 0
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and bool(zero):
                 raise fail("division by zero")
             return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -number(node.operand)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return not walk(node.operand)
+            value = walk(node.operand)
+            return value.logical_not() if isinstance(value, Tensor) else not value
         if isinstance(node, ast.BoolOp):
             values = [walk(v) for v in node.values]
+            if any(isinstance(v, Tensor) for v in values):
+                combine = torch.logical_and if isinstance(node.op, ast.And) else torch.logical_or
+                out = truth(values[0])
+                for v in values[1:]:
+                    out = combine(out, torch.as_tensor(truth(v)))
+                return out
             return all(values) if isinstance(node.op, ast.And) else any(values)
         if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
-            left = walk(node.left)
+            left, result = walk(node.left), True
             for op, comparator in zip(node.ops, node.comparators):
                 right = walk(comparator)
-                if not _COMPARE[type(op)](left, right):
-                    return False
+                if isinstance(left, Tensor) or isinstance(right, Tensor):
+                    result = torch.logical_and(torch.as_tensor(result), _TENSOR_COMPARE[type(op)](
+                        torch.as_tensor(left), torch.as_tensor(right)))
+                elif not _COMPARE[type(op)](left, right):
+                    return False if not isinstance(result, Tensor) else torch.zeros_like(result)
                 left = right
-            return True
+            return result
         if isinstance(node, ast.IfExp):
-            return walk(node.body) if walk(node.test) else walk(node.orelse)
+            test = walk(node.test)
+            if isinstance(test, Tensor):
+                return torch.where(test.bool(), torch.as_tensor(walk(node.body)), torch.as_tensor(walk(node.orelse)))
+            return walk(node.body) if test else walk(node.orelse)
+        if isinstance(node, ast.Subscript):
+            return entry(node)
+        if isinstance(node, ast.Lambda):
+            return formula(node)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
                 and node.args and not node.keywords):
             values: list[Any] = []
             for arg in node.args:
                 value = walk(arg)
                 values.extend(value if isinstance(value, list) else [value])
+            if any(isinstance(v, Tensor) for v in values):  # inside a formula: element by element
+                pick = torch.minimum if node.func.id == "min" else torch.maximum
+                out = torch.as_tensor(values[0])
+                for v in values[1:]:
+                    out = pick(out, torch.as_tensor(v))
+                return out
             if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
                 raise fail(f"{node.func.id} takes numbers or a list of numbers, got {values!r}")
             return _CALLS[node.func.id](*values)
         raise fail(f"{ast.unparse(node)!r} is not allowed", allowed=ALLOWED)
+
+    def entry(node: ast.Subscript) -> Any:
+        """``input_size[0]``: one entry of a list (a negative index counts from the end)."""
+        values = walk(node.value)
+        if isinstance(node.slice, ast.Slice) or not isinstance(values, (list, tuple)):
+            what = "a slice" if isinstance(node.slice, ast.Slice) else f"{ast.unparse(node.value)!r} is {values!r}"
+            raise fail(f"{what}: only one entry of a list parameter can be read",
+                       allowed="name[i] of a list parameter, i a whole number (input_size[0], input_shape[-1])")
+        index = walk(node.slice)
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise fail(f"the index {ast.unparse(node.slice)!r} is {index!r}, not a whole number")
+        if not -len(values) <= index < len(values):
+            raise fail(f"{ast.unparse(node.value)} has {len(values)} entries {list(values)}; there is no entry {index}")
+        return values[index]
+
+    def formula(node: ast.Lambda) -> ElementFormula:
+        """``lambda i, j: ...``: checked now (its names), evaluated per element by whoever takes it."""
+        spec = node.args
+        if spec.posonlyargs or spec.vararg or spec.kwonlyargs or spec.kwarg or spec.defaults or not spec.args:
+            raise fail("a formula names its indices and nothing else", allowed="lambda i, j: <expression>")
+        args = tuple(a.arg for a in spec.args)
+        known = {*names, *args, *_CONSTANTS, *_CALLS}
+        for n in ast.walk(node.body):
+            if isinstance(n, ast.Name) and n.id not in known:
+                raise fail(f"unknown name {n.id!r}", allowed=[*args, *sorted(names)],
+                           suggestions=closest_names(n.id, [*args, *names]))
+            if isinstance(n, ast.Lambda):
+                raise fail("a formula cannot hold another formula")
+        plain = tuple((k, v) for k, v in names.items() if isinstance(v, (int, float, bool, list, tuple)))
+        return ElementFormula(args, ast.unparse(node.body), plain, path)
 
     return walk(tree)
 

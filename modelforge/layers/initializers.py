@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelforge.layers.kwargs import check_kwargs, split_spec
+from modelforge.layers.kwargs import check_arg_types, check_kwargs, split_spec
 from modelforge.registry import INITIALIZERS
 
 TensorInit = Callable[[torch.Tensor], Any]
@@ -92,6 +92,7 @@ def make_initializer(spec: Any, path: str) -> TensorInit | None:
     name, options = split_spec(spec, path, "initializer")
     factory = INITIALIZERS.get(name, path=path)
     check_kwargs(factory, options, path, f"initializer {name!r}")
+    check_arg_types(factory, options, path)
     return factory(**options)
 
 

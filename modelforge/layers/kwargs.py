@@ -1,4 +1,10 @@
-"""Call a registered factory with config-given keyword arguments, checked first."""
+"""Call a registered factory with config-given keyword arguments, checked first.
+
+Names are checked against the factory's signature (:func:`check_kwargs`), and values, once any
+expression in them is evaluated, against the types it takes (:func:`check_arg_types`): a whole
+number where it wants one, and a boolean (true or false, never the string "false", which Python
+would take as true) where it wants one.
+"""
 
 from __future__ import annotations
 
@@ -118,3 +124,47 @@ def whole_number_params(factory: Callable) -> frozenset[str]:
     except (TypeError, ValueError):
         return _WHOLE_NUMBER_NAMES
     return frozenset(p.name for p in params if _is_int(p.annotation)) | _WHOLE_NUMBER_NAMES
+
+
+def _is_bool(annotation: Any, default: Any) -> tuple[bool, bool]:
+    """(takes a boolean and nothing else, may also be None) by annotation, or by a bool default when unannotated."""
+    if annotation is inspect.Parameter.empty:
+        return isinstance(default, bool), True  # torch.nn's unannotated flags (batch_first=False): None is theirs
+    if isinstance(annotation, str):  # postponed annotations: "bool", "bool | None"
+        parts = {part.strip() for part in annotation.split("|")}
+        return "bool" in parts and parts <= {"bool", "None"}, "None" in parts
+    if annotation is bool:
+        return True, False
+    args = set(typing.get_args(annotation))
+    return bool(args) and bool in args and args <= {bool, type(None)}, type(None) in args
+
+
+@functools.lru_cache(maxsize=1024)
+def bool_params(factory: Callable) -> dict[str, bool]:
+    """The arguments of ``factory`` that take a boolean, each with whether it may also be None."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    found = {p.name: _is_bool(p.annotation, p.default) for p in params}
+    return {name: optional for name, (boolean, optional) in found.items() if boolean}
+
+
+def check_arg_types(factory: Callable, args: Mapping[str, Any], path: str,
+                    written: Mapping[str, Any] | None = None) -> None:
+    """A whole number or a boolean that an expression (or the YAML) made something else, named before torch
+    takes it (``bool("false")`` is true). ``path``: of the arguments; ``written``: the values as written."""
+    written = args if written is None else written
+    for key in whole_number_params(factory) & args.keys():
+        value, raw = args[key], written.get(key)
+        if isinstance(value, (float, str)):
+            said = f"expression {raw!r} is {value!r}," if isinstance(raw, str) and raw != value else f"{value!r} is"
+            how = ("compute it with // and whole numbers (c * 3 // 2 rather than c * 1.5)" if isinstance(value, float)
+                   else "a word that names no parameter stays a word (is a parameter's name misspelt?)")
+            raise ConfigError(f"{path}.{key}", f"{said} not a whole number", hint=f"{key} takes a whole number: {how}")
+    for key, optional in bool_params(factory).items():
+        value = args.get(key, False)
+        if not isinstance(value, bool) and not (value is None and optional):
+            raise ConfigError(f"{path}.{key}", f"expected bool, got {type(value).__name__} {value!r}",
+                              allowed="true or false" + (" or null" if optional else ""),
+                              hint="write true or false without quotes" if isinstance(value, str) else None)

@@ -31,12 +31,17 @@ class LearnedTensor(nn.Module):
         sizes = [shape] if isinstance(shape, int) else list(shape)
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
             raise ConfigError("shape", f"cannot make a tensor of shape {shape!r}", allowed="a list of sizes >= 1")
-        self.weight = nn.Parameter(torch.zeros(sizes))
-        fill = make_initializer(init, "init")  # None for `default`: the zeros stay
-        if fill is not None:
-            with torch.no_grad():
-                fill(self.weight)
+        self.weight = nn.Parameter(torch.empty(sizes))
+        self._fill = make_initializer(init, "init")  # None for `default`: zeros
         self._init = init
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Fill the tensor by its init (torch's convention: also after ``to_empty`` of a module built on meta)."""
+        with torch.no_grad():
+            self.weight.zero_()
+            if self._fill is not None:
+                self._fill(self.weight)
 
     def forward(self) -> Tensor:
         return self.weight

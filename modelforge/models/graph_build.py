@@ -19,8 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
+from modelforge.layers.batch_dim import check_batch_dim, output_has_batch_first
 from modelforge.layers.expressions import evaluate, resolve_args
-from modelforge.layers.kwargs import check_kwargs, whole_number_params
+from modelforge.layers.kwargs import check_arg_types, check_kwargs
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
 from modelforge.models.graph_bounds import Bounds, repeat_count
@@ -119,17 +120,6 @@ def _max_inputs(kind: type) -> int | None:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
-def _check_whole_numbers(factory: Any, args: Mapping[str, Any], written: Mapping[str, Any], path: str) -> None:
-    """A width or count that an expression (or the YAML) made a float, named before torch fails on it."""
-    for key in whole_number_params(factory) & args.keys():
-        value, raw = args[key], written.get(key)
-        if isinstance(value, (float, str)):
-            said = f"expression {raw!r} is {value!r}," if isinstance(raw, str) and raw != value else f"{value!r} is"
-            how = ("compute it with // and whole numbers (c * 3 // 2 rather than c * 1.5)" if isinstance(value, float)
-                   else "a word that names no parameter stays a word (is a parameter's name misspelt?)")
-            raise ConfigError(f"{path}.{key}", f"{said} not a whole number", hint=f"{key} takes a whole number: {how}")
-
-
 def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: list[str], shapes: list[Any],
                   described: str, path: str) -> None:
     """The number of inputs a block's forward takes, and the shapes its ``check_shapes`` accepts."""
@@ -160,10 +150,22 @@ class GraphBuilder:
         self.built = 0  # nodes built so far, copies and composite parts included
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
-              top: bool = False, block: str = "graph") -> tuple[Graph, Any]:
-        """The table as a :class:`Graph`, and its output on ``inputs`` (the dry run)."""
+              top: bool = False, block: str = "graph", batched: tuple[bool, ...] | None = None) -> tuple[Graph, Any]:
+        """The table as a :class:`Graph`, and its output on ``inputs`` (the dry run).
+
+        ``batched``: which inputs have a batch dimension (all unless told); so does every node that
+        reads one, and no op may touch it (:mod:`modelforge.layers.batch_dim`).
+        """
         keep_all = table.repeated_parts_read()
         values: dict[str, Any] = {INPUT: inputs}
+        batched = batched if batched is not None else (True,) * len(inputs)
+        has_batch: dict[str, tuple[bool, nn.Module]] = {}  # a node: whether its input has a batch, its module
+
+        def batch_first(source: Source) -> bool:
+            if source[0] == INPUT:
+                return batched[source[1][0]]
+            flag, module = has_batch[source[0]]
+            return flag and output_has_batch_first(module, source[1])
         skipped: dict[str, Source] = {}
         modules: dict[str, nn.Module] = {}
         wiring: dict[str, list[Source]] = {}
@@ -176,8 +178,10 @@ class GraphBuilder:
                 skipped[name] = sources[0]  # a node whose condition is false passes its first input on
                 continue
             labels = [source_label(s, len(inputs)) for s in sources]
+            in_batch = [batch_first(s) for s in sources]
             module, values[name] = self._node(name, node, labels, [_pick(values, s) for s in sources],
-                                              names, top, name in keep_all, node_path)
+                                              names, top, name in keep_all, node_path, in_batch)
+            has_batch[name] = (any(in_batch), module)
             modules[name] = module
             wiring[name] = sources
         output = [s for i, ref in enumerate(table.output)
@@ -202,12 +206,17 @@ class GraphBuilder:
         else:
             node, index = ref.node, ()
         index = index + ref.index
-        try:
-            value = _pick(values, (node, index))
-        except (IndexError, TypeError):
-            value = values[node]
-            parts = f"{len(value)} parts" if isinstance(value, (tuple, list)) else "one tensor, not parts"
-            raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives {parts}") from None
+        value = values[node]
+        for i in index:
+            if isinstance(value, Tensor):  # tensor[i] would index the batch dimension
+                raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives one tensor, not parts "
+                                  f"({describe_output(value)}); .N reads a part of a tuple",
+                                  hint=f"read {ref.node!r} whole, or take a part of it with a select, chunk, split "
+                                       "or unbind node")
+            if not isinstance(value, (tuple, list)) or not -len(value) <= i < len(value):
+                parts = f"{len(value)} parts" if isinstance(value, (tuple, list)) else "one value, not parts"
+                raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives {parts}")
+            value = value[i]
         if not ref.every:
             return [(node, index)]
         if not isinstance(value, (tuple, list)):
@@ -226,7 +235,8 @@ class GraphBuilder:
         return count
 
     def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any],
-              names: Mapping[str, Any], top: bool, keep_all: bool, path: str) -> tuple[nn.Module, Any]:
+              names: Mapping[str, Any], top: bool, keep_all: bool, path: str,
+              batched: list[bool]) -> tuple[nn.Module, Any]:
         """One node: a block, or ``repeat`` chained copies of it; its module and its dry-run output."""
         composite = self.composites.get(node.block)
         factory = None
@@ -254,23 +264,23 @@ class GraphBuilder:
                 args = scale_widths(self.scale, args, node.args, widths)
             copy_path = f"{path}[{i}]" if count is not None else path
             if factory is not None:
-                _check_whole_numbers(factory, args, node.args, f"{path}.args")
+                check_arg_types(factory, args, f"{path}.args", node.args)
             if composite is not None:
-                module, out = self._composite(composite, args, inputs, path, copy_path)
+                module, out = self._composite(composite, args, inputs, path, copy_path, batched)
             else:
-                module, out = self._block(name, node.block, factory, args, labels, inputs, path)
+                module, out = self._block(name, node.block, factory, args, labels, inputs, path, batched)
             if count is not None and i + 1 < count and not isinstance(out, Tensor):
                 raise ConfigError(f"{path}.repeat", f"node {name!r} returns {describe_output(out)}; "
                                   "only a block that returns one tensor chains into copies of itself")
             copies.append(module)
             outputs.append(out)
-            inputs, labels = [out], [name]
+            inputs, labels, batched = [out], [name], [any(batched)]
         if count is None:
             return copies[0], outputs[0]
         return Repeat(copies, keep_all), tuple(outputs) if keep_all else outputs[-1]
 
     def _block(self, name: str, block_name: str, factory: Any, args: dict[str, Any], labels: list[str],
-               inputs: list[Any], path: str) -> tuple[nn.Module, Any]:
+               inputs: list[Any], path: str, batched: list[bool]) -> tuple[nn.Module, Any]:
         described = _describe(labels, inputs)
         shapes = [x.shape if isinstance(x, Tensor) else () for x in inputs]
         tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
@@ -290,6 +300,9 @@ class GraphBuilder:
             raise ConfigError(path, f"node {name!r} ({block_name}){'' if tuples else ':'} {problem}",
                               hint=tuple_hint) from None
         _check_inputs(name, block_name, block, labels, shapes, described, path)
+        if any(batched):
+            check_batch_dim(block, shapes, [b and isinstance(x, Tensor) for x, b in zip(inputs, batched)], path,
+                            f"node {name!r} ({block_name})", described)
         try:
             with torch.no_grad():
                 out = block.eval()(*inputs)
@@ -300,7 +313,7 @@ class GraphBuilder:
         return block.train(), out
 
     def _composite(self, composite: Composite, args: dict[str, Any], inputs: list[Any], node_path: str,
-                   use_path: str) -> tuple[Graph, Any]:
+                   use_path: str, batched: list[bool]) -> tuple[Graph, Any]:
         """An instance of ``composite`` for the node at ``node_path`` (``use_path``: which copy)."""
         params = composite.config.params
         for key in args:
@@ -313,6 +326,7 @@ class GraphBuilder:
             scope["in_channels"] = first.shape[1]
         if first is not None:
             scope["in_features"] = first.shape[-1]
+            scope["input_shape"] = list(first.shape[1:] if batched[0] else first.shape)  # without the batch
         for key, default in params.items():  # a default may be an expression of the parameters before it
             if key in args:
                 scope[key] = args[key]
@@ -322,7 +336,7 @@ class GraphBuilder:
             else:
                 scope[key] = resolve_args(default, scope, f"{composite.path}.params.{key}")
         try:
-            return self.build(composite.table, tuple(inputs), scope, block=composite.name)
+            return self.build(composite.table, tuple(inputs), scope, block=composite.name, batched=tuple(batched))
         except ConfigError as exc:
             raise ConfigError(exc.path, f"{exc.problem} [in {use_path}]", allowed=exc.allowed,
                               suggestions=exc.suggestions, hint=exc.hint) from None

@@ -26,7 +26,7 @@ def test_a_broadcast_to_a_shape_none_of_the_inputs_has_is_refused() -> None:
     assert broadcast_problem([[2, 3], [2, 3, 1, 1]]) == "broadcast to [2, 3, 2, 3], the shape of none of them"
     assert broadcast_problem([[2, 3, 4], [2, 5, 4]]) == "do not broadcast"
     assert Sub().check_shapes([[2, 3], [2, 3], [2, 3]]) == "takes 2 inputs, got 3:"
-    assert Mul().check_shapes([[2, 3]]) == "takes two inputs or more, got 1:"
+    assert Mul().check_shapes([[2, 3]]) == "takes two inputs or more (or one and a scalar), got 1:"
 
 
 def test_matmul_transposes_scales_and_checks_the_shared_dimension() -> None:
@@ -54,7 +54,7 @@ def test_shape_ops() -> None:
 
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: Reshape([-1, -1]), r"shape: cannot reshape to \[-1, -1\]"),
-    (lambda: Reshape([0, 4]), r"shape: cannot reshape to \[0, 4\]"),
+    (lambda: Reshape([4, 0, 4]), r"shape: cannot reshape to \[4, 0, 4\]"),
     (lambda: Permute([0, 2, 2]), r"dims: \[0, 2, 2\] is not an order of dimensions"),
     (lambda: Mean([1.5]), r"dim: expected a whole number or a list of them"),
     (lambda: LearnedTensor([3, 0]), r"shape: cannot make a tensor of shape \[3, 0\]"),
@@ -72,3 +72,15 @@ def test_a_learned_tensor_is_a_parameter_filled_by_its_init() -> None:
     assert torch.all(LearnedTensor([3]).weight == 0)  # zeros unless told
     torch.manual_seed(0)
     assert LearnedTensor([100], init={"name": "trunc_normal", "std": 0.02})().abs().max() <= 0.04
+
+
+def test_learned_tensors_fill_again_after_a_build_on_the_meta_device() -> None:
+    """torch's convention for modules built on meta: ``to_empty`` then ``reset_parameters`` fills them by their init."""
+    from modelforge.layers import ClassToken, PositionEmbedding
+
+    with torch.device("meta"):
+        gamma, token, position = LearnedTensor([4, 1, 1], init="ones"), ClassToken(8), PositionEmbedding(5, 8, std=0.5)
+    for module in (gamma, token, position):
+        module.to_empty(device="cpu").reset_parameters()
+    assert torch.all(gamma() == 1) and torch.all(token.token == 0)
+    assert 0.2 < position.embedding.std().item() < 0.8
