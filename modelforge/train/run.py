@@ -26,6 +26,11 @@ from modelforge.files.atomic import write_json, write_yaml
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.flops import count_macs
 from modelforge.inspect.summary import describe_model
+from modelforge.report.confusion_matrix import ConfusionCounts, write_confusion_matrix
+from modelforge.report.console import quiet_third_party, run_log
+from modelforge.report.learning_curves import write_learning_curves
+from modelforge.report.metrics_table import format_metrics
+from modelforge.report.timings import Phases
 from modelforge.train import launch
 from modelforge.train.averaging import trained_epochs
 from modelforge.train.callbacks import early_stop_summary
@@ -35,9 +40,6 @@ from modelforge.train.checkpoints import (
     failure_record,
 )
 from modelforge.train.compiled import CompileCost
-from modelforge.train.confusion import ConfusionCounts, write_confusion_matrix
-from modelforge.train.console import quiet_third_party, run_log
-from modelforge.train.curves import write_learning_curves
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
 from modelforge.train.optim import build_optimizer
@@ -45,14 +47,12 @@ from modelforge.train.records import claim_run_dir, current_run_dir, write_metri
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.run_report import setup_report
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
-from modelforge.train.timings import Phases
 from modelforge.train.trainer import (
     available,
     build_datamodule,
     build_trainer,
     check_trainer_options,
     describe_device,
-    format_metrics,
     hydra_overrides,
     resolved_device,
 )
@@ -92,7 +92,7 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     ``status`` ended the run itself (``metrics.json`` gets its record, and the weights are not tested).
     """
     phases = Phases()
-    quiet_third_party()
+    quiet_third_party(launch.global_rank())
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
     # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
     # batch while training, at once before.
@@ -102,7 +102,9 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
         # Atomic, before anything is written there (the CLI claimed it before Hydra wrote: taken over).
         claim_run_dir(run_dir, "train")
         # Under Hydra, Hydra writes train.log.
-        with contextlib.nullcontext() if HydraConfig.initialized() else run_log(run_dir / "train.log"):
+        logging_here = contextlib.nullcontext() if HydraConfig.initialized() else run_log(run_dir / "train.log",
+                                                                                          launch.global_rank())
+        with logging_here:
             return _train(run, run_dir, received, callbacks, phases)
 
 
@@ -223,7 +225,7 @@ def _record(run_dir: Path) -> dict[str, Any]:
 
 def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
     """Rebuild the model stored in ``cfg.ckpt_path`` and report its test metrics."""
-    quiet_third_party()
+    quiet_third_party(launch.global_rank())
     plain = load_config(cfg)
     if not plain.get("ckpt_path"):
         raise ConfigError("ckpt_path", "missing: which checkpoint to evaluate",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from modelforge.report.learning_curves import CURVES_FILE, read_metrics_csv, write_learning_curves
 from modelforge.train import evaluate, train
-from modelforge.train.curves import CURVES_FILE, read_metrics_csv, write_learning_curves
 from tests.train.conftest import compose_train, tiny_cli_args
 from tests.train.test_atomic_writes import _mount_tmpfs
 
@@ -111,7 +111,7 @@ def test_eval_prints_the_accuracy_and_draws_the_confusion_matrix(two_epochs: Pat
 
 
 def test_the_epoch_axis_maps_steps_to_epochs_past_its_ends_too() -> None:
-    from modelforge.train.curves import _epoch_axis, _linear
+    from modelforge.report.learning_curves import _epoch_axis, _linear
 
     assert _epoch_axis({0: 4, 1: 8}) == ([0.0, 4.0, 8.0], [0.0, 1.0, 2.0])
     assert _epoch_axis({2: 30, 3: 40}) == ([20.0, 30.0, 40.0], [2.0, 3.0, 4.0])  # a resumed run: from epoch 3's start
