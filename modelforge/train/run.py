@@ -39,6 +39,7 @@ from modelforge.train.checkpoints import (
     check_optimizer_fits,
     failure_record,
 )
+from modelforge.files.write_faults import write_fault
 from modelforge.train.compiled import CompileCost
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.module import ClassifierModule
@@ -193,16 +194,21 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
                 metrics.update(write_learning_curves(run_dir, f"{model_label(run.config['model'])}  {run_dir}"))
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
+            if reason is exc:  # a run directory turned read-only or full: one line, not Lightning's OSError
+                reason = write_fault(exc, run_dir, f"the run stopped at step {trainer.global_step}; the files "
+                                                   "written before are kept") or exc
             metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
                            global_step=trainer.global_step)
             if reason is exc:
                 raise
             raise reason from None
         finally:
-            if trainer.is_global_zero:
-                write_metrics(run_dir / "metrics.json", metrics, failing=metrics["status"] not in ("finished", "pruned"))
+            unrecorded = write_metrics(run_dir / "metrics.json", metrics, failing=metrics["status"] not in (
+                "finished", "pruned")) if trainer.is_global_zero else None
     if trainer.is_global_zero:
         print(format_metrics(metrics, run_dir))
+    if unrecorded is not None:
+        raise unrecorded
     value = metrics.get(monitor)
     if value is None:
         raise ConfigError("monitor", f"the run logged no metric {monitor!r}",
@@ -261,10 +267,16 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     if trainer.is_global_zero:
         drawn = write_confusion_matrix(confusion.counts, run_dir.absolute(), getattr(datamodule, "class_names", ()),
                                        f"{model_label(stored['model'])}  test/acc {metrics.get('test/acc', 0):.4f}")
-        write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"]),
-                                                   "weights": averaging or "trained",
-                                                   "hooks": plain.get("hooks") or {}, **drawn})
         print(format_metrics({**metrics, "ckpt_path": str(plain["ckpt_path"])}, run_dir))
+        try:
+            write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"]),
+                                                       "weights": averaging or "trained",
+                                                       "hooks": plain.get("hooks") or {}, **drawn})
+        except OSError as exc:  # the run directory turned read-only or full while testing: one line, exit 1
+            if (fault := write_fault(exc, run_dir, "the figures printed above were measured but are not "
+                                                   "recorded")) is None:
+                raise
+            raise fault from None
     return metrics
 
 
