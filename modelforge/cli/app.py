@@ -213,6 +213,7 @@ class CommandLine:
         for folder in (f.removeprefix("file://") for f in self.folders if f.startswith("file://")):
             for path in sorted(Path(folder).expanduser().rglob("*.y*ml")):
                 check_yaml_file(path)
+        self._refuse_model_options()
         for value in (v for o in self.overrides if o.key_or_group == "model" and not o.is_delete() for v in _values(o)):
             if isinstance(value, str) and value.endswith((".yaml", ".yml")):
                 if not (path := Path(value).expanduser()).is_file():
@@ -222,6 +223,23 @@ class CommandLine:
                     raise ConfigError("model", f"{path} must hold a mapping (name: ...), not a {type(node).__name__}")
                 *group, name = ["model", *filter(None, value.split("/"))]  # Hydra looks up "model/<value>"
                 ConfigStore.instance().store(name=name, node=node, group="/".join(group), package="model")
+
+
+    def _refuse_model_options(self) -> None:
+        """``eval``, ``export`` and ``predict`` rebuild the model stored in the checkpoint: a model option, chosen
+        (``model=mlp``), added (``+model=mlp``) or set (``model.dropout=0``), would be ignored; it is refused."""
+        if self.command not in CHECKPOINT_COMMANDS:
+            return
+        for override in self.overrides:
+            key = override.key_or_group
+            if key == "model" or key.startswith("model."):
+                raise ConfigError(key, f"`{self.command}` rebuilds the model stored in the checkpoint (ckpt_path): it "
+                                  "takes no model options", hint=f"another model: train it (python -m modelforge "
+                                  f"train {override.input_line.lstrip('+~')} ...), then {self.command} its checkpoint")
+
+
+# The commands whose model is the one stored in their ckpt_path.
+CHECKPOINT_COMMANDS = ("eval", "export", "predict")
 
 
 def _sets_the_sweep(repository: ConfigRepository, group: str, option: str) -> bool:
