@@ -96,7 +96,7 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
     # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
     # batch while training, at once before.
-    with stop_signals() as received:
+    with stop_signals() as received, contextlib.closing(phases):  # the next run's set-up is timed from its end
         with _recorded_setup_failure(run_dir, claimed=False):  # a bad config creates no run directory
             run = validate_run_config(cfg)
         # Atomic, before anything is written there (the CLI claimed it before Hydra wrote: taken over).
