@@ -141,10 +141,13 @@ def learning_curves(run_dir: Path, title: str = "") -> Path | None:
     return draw_learning_curves(read_metrics_csv(source), run_dir / CURVES_FILE, title)
 
 
-
-def write_learning_curves(run_dir: Path, title: str = "") -> dict[str, str]:
+def write_learning_curves(run_dir: Path, title: str = "", loggers_off: str | None = None) -> dict[str, str]:
     """At a run's end: draw its learning curves and say where (``learning_curves: PATH``), or why not; a picture
-    that cannot be written (a full disk) is a warning, not a failure of the run that trained. For metrics.json."""
+    that cannot be written (a full disk) is a warning, not a failure of the run that trained. For metrics.json.
+    ``loggers_off``: why the run logged nothing, when something turned its loggers off (``trainer.fast_dev_run``)."""
+    if loggers_off is not None:
+        log.info("learning curves: none drawn, as %s", loggers_off)
+        return {}
     try:
         drawn = learning_curves(run_dir, title)
     except OSError as exc:

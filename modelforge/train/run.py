@@ -190,7 +190,9 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
                            global_step=trainer.global_step, status="finished", timings=phases.record())
             metrics.update(ended_by)
             if run.config.get("curves") and trainer.is_global_zero:  # after training: never on its steps
-                metrics.update(write_learning_curves(run_dir, f"{model_label(run.config['model'])}  {run_dir}"))
+                loggers_off = "trainer.fast_dev_run turns the loggers off" if trainer.fast_dev_run else None
+                metrics.update(write_learning_curves(run_dir, f"{model_label(run.config['model'])}  {run_dir}",
+                                                     loggers_off))
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
             if reason is exc:  # a run directory turned read-only or full: one line, not Lightning's OSError

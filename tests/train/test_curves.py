@@ -67,6 +67,14 @@ def test_without_a_csv_logger_no_curves_and_it_says_why(tiny_mnist: Path, tmp_pa
     assert "learning_curves" not in json.loads((tmp_path / "metrics.json").read_text())
 
 
+def test_fast_dev_run_says_it_turned_the_loggers_off(tiny_mnist: Path, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    train(compose_train(tiny_mnist, *MLP, "trainer.fast_dev_run=true", "curves=true"), run_dir=tmp_path)  # logger=csv
+    assert "learning curves: none drawn, as trainer.fast_dev_run turns the loggers off" in caplog.text
+    assert "kept no logs/metrics.csv" not in caplog.text and not (tmp_path / CURVES_FILE).exists()
+
+
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root on Linux")
 def test_curves_that_do_not_fit_on_the_disk_are_a_warning_and_leave_no_file(two_epochs: Path, tmp_path: Path,
                                                                             caplog: pytest.LogCaptureFixture) -> None:
