@@ -31,6 +31,7 @@ from modelforge import errors
 from modelforge.cli.run_checks import forget_validated
 from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
+from modelforge.report.console import quiet_library_notices
 from modelforge.sweep.callback import (
     exit_if_jobs_failed,
     register_optuna_sweeper,
@@ -50,6 +51,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         if not OmegaConf.has_resolver(name):  # mf_uid, cached: two runs started in one second get two dirs
             OmegaConf.register_new_resolver(name, resolver, use_cache=name == "mf_uid")
     version.setbase("1.3")
+    quiet_library_notices()  # hydra.verbose=true brings them back once the job starts (quiet_third_party)
     parser = hydra_utils.get_args_parser()
     cmd = CommandLine(parser.parse_args(argv), config_name, argv)  # a bad flag exits as Hydra would
     users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]

@@ -73,6 +73,14 @@ _REPEATED = (("pytorch_lightning.callbacks.early_stopping", "Signaling Trainer t
 _NOT_ON_CONSOLE = "Initializing distributed"
 
 
+def quiet_library_notices() -> None:
+    """Library loggers at run.yaml's levels from the start of a command, before Hydra applies run.yaml: in a check
+    before the job, Lightning imports torchmetrics, which imports matplotlib, whose font manager announces building
+    its cache (``generated new fontManager``, once per machine) while Hydra's own logging prints INFO lines."""
+    for name, spec in _job_logging()["loggers"].items():
+        logging.getLogger(name).setLevel(spec["level"])
+
+
 def quiet_third_party(rank: int) -> None:
     """Library loggers at run.yaml's levels (at the root's when verbose: ``hydra.verbose=true`` lowers
     only the root's); Lightning's through the run's handlers; warnings no option prevents ignored, lines that repeat
