@@ -219,13 +219,13 @@ class KeepRunRecords(Callback):
             refuse(exc)
 
 
-def current_run_dir() -> Path:
-    """Hydra's output dir for this job, or a fresh unique folder when called without Hydra."""
+def current_run_dir(command: str = "train") -> Path:
+    """Hydra's output dir for this job, or without Hydra a fresh unique folder where the CLI's ``command`` puts it."""
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
 
     def new_run_dir() -> str:  # the CLI's layout; the random suffix keeps two runs started in one second apart
-        run_dir = Path("outputs") / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
+        run_dir = Path("outputs") / command / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
         run_dir.mkdir(parents=True, exist_ok=False)
         return str(run_dir.absolute() if launch.started_together() else run_dir)
 

@@ -260,7 +260,7 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     if averaging:
         log.info("evaluating the %s weights of %s (the run averaged its weights; the trained ones are its "
                  "current_model_state)", averaging, ckpt_path)
-    run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
+    run_dir = Path(run_dir) if run_dir is not None else current_run_dir("eval")  # as the CLI: outputs/eval/...
     claim_run_dir(run_dir, "eval")  # its eval_metrics.json must replace no earlier record (the CLI's: taken over)
     for plugin in plugins:  # a layer pattern that matches nothing fails now, before testing
         plugin.attach(model, run_dir=run_dir).remove()

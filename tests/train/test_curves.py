@@ -129,3 +129,22 @@ def test_the_epoch_axis_maps_steps_to_epochs_past_its_ends_too() -> None:
     assert _epoch_axis({}) is None
     to_epoch = _linear([0.0, 4.0, 8.0], [0.0, 1.0, 2.0])
     assert list(to_epoch([2.0, 8.0, 10.0, -2.0])) == [0.5, 2.0, 2.5, -0.5]  # the plot's margins, not flat
+
+
+def test_eval_s_confusion_matrix_goes_to_its_own_run_directory_never_the_checkpoint_s(
+        run_main, two_epochs: Path, tiny_mnist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where it is written: eval's own run directory, outputs/eval/DATE/TIME_XXXXXX/ by default (the CLI's and,
+    now, Python's: evaluate() without run_dir used outputs/train/), which eval prints; the run that trained the
+    checkpoint is left as it was."""
+    before = sorted(p.name for p in two_epochs.iterdir())
+    result = run_main("eval", f"ckpt_path={two_epochs}", *tiny_cli_args(tiny_mnist), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (cli_png,) = (tmp_path / "outputs" / "eval").glob("*/*/confusion_matrix.png")
+    assert f"confusion matrix: {cli_png.absolute()} (" in result.stdout
+    assert f"run directory: {cli_png.parent.absolute()}" in result.stdout
+    (tmp_path / "python").mkdir()
+    monkeypatch.chdir(tmp_path / "python")
+    evaluate(compose_train(tiny_mnist, f"ckpt_path={two_epochs}"))
+    assert len(list((tmp_path / "python" / "outputs" / "eval").glob("*/*/confusion_matrix.png"))) == 1
+    assert not (tmp_path / "python" / "outputs" / "train").exists()
+    assert sorted(p.name for p in two_epochs.iterdir()) == before
