@@ -24,8 +24,8 @@ class UnwritableError(ModelforgeError, OSError):
 
     exit_code = 1
 
-    def __init__(self, path: Path, why: str, consequence: str) -> None:
-        super().__init__(errno.EROFS, f"cannot write {path}: {why}; {consequence}")
+    def __init__(self, path: Path, cause: OSError, consequence: str) -> None:
+        super().__init__(cause.errno, f"cannot write {path}: {why_not_written(cause)}; {consequence}")
         self.path = path
 
     def __str__(self) -> str:
@@ -56,7 +56,7 @@ def write_fault(exc: BaseException, run_dir: Path,
     if cause.errno in _FULL:
         return DiskFullError(path, None, _free(path.parent))
     if cause.errno in _UNWRITABLE:
-        return UnwritableError(path, why_not_written(cause), consequence)
+        return UnwritableError(path, cause, consequence)
     return None
 
 

@@ -19,7 +19,7 @@ from modelforge.report.progress import LineProgress, progress_bar
 from modelforge.train import train
 from modelforge.train.module import ClassifierModule
 from tests.data_helpers import write_mnist_idx
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.train.conftest import compose_train
 
 NOISE = ("Tip", "litlogger", "deprecated", "Total FLOPs: 0", "GPU available")
 PROGRESS = re.compile(r"epoch 1/1  step (\d+)/28  loss [0-9.]+  [0-9.]+ it/s \([0-9,]+ samples/s\)  eta \d+:\d\d")
@@ -52,18 +52,6 @@ def test_piped_train_is_quiet_and_shows_progress_as_it_goes(cli, mnist_480: Path
     assert "epoch 1/1 done in" in before_metrics and "val/acc" in before_metrics
     log = (tmp_path / "run" / "train.log").read_text()  # the log file shows the same progress
     assert len(PROGRESS.findall(log)) == len(steps) and "Tip" not in log
-
-
-@pytest.mark.e2e
-def test_a_fresh_home_builds_matplotlib_s_font_cache_without_a_word_on_the_console(cli, tiny_mnist: Path,
-                                                                                  tmp_path: Path) -> None:
-    home = tmp_path / "home"  # no matplotlib cache: Lightning's import of torchmetrics builds it, before the job
-    result = cli("train", "model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true",
-                 *tiny_cli_args(tiny_mnist), f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
-                 env={"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "MPLCONFIGDIR": ""})
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert list((home / ".cache" / "matplotlib").glob("fontlist-*.json")), "the cache was built in this run"
-    assert "fontManager" not in result.stdout + result.stderr and "font cache" not in result.stdout + result.stderr
 
 
 def test_verbose_brings_back_lightning_detail_with_true_figures(run_main, mnist_480: Path, tmp_path: Path) -> None:

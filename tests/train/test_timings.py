@@ -32,13 +32,21 @@ def test_the_first_run_of_a_process_counts_from_its_start_a_later_one_from_the_l
 
 
 @pytest.mark.e2e
-def test_each_job_of_a_multirun_reports_its_own_set_up_time(tiny_mnist: Path, tmp_path: Path) -> None:
+def test_a_fresh_multirun_reports_each_job_s_own_set_up_time_and_no_font_cache_line(tiny_mnist: Path,
+                                                                                   tmp_path: Path) -> None:
+    """Two quiet-console points in one process of its own: a sweep's job 1 reports its own set-up time, not the
+    sweep's age; a fresh HOME (no matplotlib cache: Lightning's import of torchmetrics builds it, before the job)
+    prints no 'generated new fontManager'."""
+    home = tmp_path / "home"
     result = run_cli("train", "-m", "model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=1",
-                     "optim.lr=1e-3,1e-2", *tiny_cli_args(tiny_mnist), f"hydra.sweep.dir={tmp_path}")
+                     "optim.lr=1e-3,1e-2", *tiny_cli_args(tiny_mnist), f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                     cwd=tmp_path, env={"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "MPLCONFIGDIR": ""})
     assert result.returncode == 0, result.stderr[-3000:]
-    jobs = [json.loads((tmp_path / str(k) / "metrics.json").read_text())["timings"] for k in (0, 1)]
+    jobs = [json.loads((tmp_path / "sweep" / str(k) / "metrics.json").read_text())["timings"] for k in (0, 1)]
     # The sweep process's age when job 1 starts is at least job 0's set-up and all its phases: job 1 took less.
     assert jobs[1]["before_train_s"] < sum(jobs[0].values())
-    logs = [(tmp_path / str(k) / "train.log").read_text() for k in (0, 1)]
+    logs = [(tmp_path / "sweep" / str(k) / "train.log").read_text() for k in (0, 1)]
     assert "s to train() (imports, composition, checks), prepare" in logs[0]
     assert f"time: {jobs[1]['before_train_s']:.2f} s to train() (composition, checks), prepare" in logs[1]
+    assert list((home / ".cache" / "matplotlib").glob("fontlist-*.json")), "the font cache was built in this run"
+    assert "fontManager" not in result.stdout + result.stderr and "font cache" not in result.stdout + result.stderr
