@@ -4,7 +4,6 @@ bind-mounted read-only over itself mid-run (root ignores chmod; files the run op
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
