@@ -90,6 +90,9 @@ FORBIDDEN = [
                            "modelforge.cli", "modelforge.hooks")),
     ("modelforge.deploy", ("modelforge.train", "modelforge.sweep", "modelforge.cli")),
     ("modelforge.train", ("modelforge.sweep", "modelforge.cli")),
+    # What a run shows sits below the training loop, which passes it what it needs of a run (rank, epoch counts).
+    ("modelforge.report", ("modelforge.train", "modelforge.deploy", "modelforge.sweep", "modelforge.cli",
+                           "modelforge.hooks", "modelforge.models", "modelforge.layers")),
 ]
 
 

@@ -32,6 +32,7 @@ from modelforge import errors
 from modelforge.cli.run_checks import forget_validated
 from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error, yaml_file_error
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
+from modelforge.report.console import quiet_library_notices
 from modelforge.sweep.callback import (
     exit_if_jobs_failed,
     register_optuna_sweeper,
@@ -51,6 +52,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         if not OmegaConf.has_resolver(name):  # mf_uid, cached: two runs started in one second get two dirs
             OmegaConf.register_new_resolver(name, resolver, use_cache=name == "mf_uid")
     version.setbase("1.3")
+    quiet_library_notices()  # hydra.verbose=true brings them back once the job starts (quiet_third_party)
     parser = hydra_utils.get_args_parser()
     cmd = CommandLine(parser.parse_args(argv), config_name, argv)  # a bad flag exits as Hydra would
     users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]
@@ -214,6 +216,7 @@ class CommandLine:
         for folder in (f.removeprefix("file://") for f in self.folders if f.startswith("file://")):
             for path in sorted(Path(folder).expanduser().rglob("*.y*ml")):
                 check_yaml_file(path)
+        self._refuse_model_options()
         for value in (v for o in self.overrides if o.key_or_group == "model" and not o.is_delete() for v in _values(o)):
             if isinstance(value, str) and value.endswith((".yaml", ".yml")):
                 if not (path := Path(value).expanduser()).is_file():
@@ -223,6 +226,23 @@ class CommandLine:
                     raise ConfigError("model", f"{path} must hold a mapping (name: ...), not a {type(node).__name__}")
                 *group, name = ["model", *filter(None, value.split("/"))]  # Hydra looks up "model/<value>"
                 ConfigStore.instance().store(name=name, node=node, group="/".join(group), package="model")
+
+
+    def _refuse_model_options(self) -> None:
+        """``eval``, ``export`` and ``predict`` rebuild the model stored in the checkpoint: a model option, chosen
+        (``model=mlp``), added (``+model=mlp``) or set (``model.dropout=0``), would be ignored; it is refused."""
+        if self.command not in CHECKPOINT_COMMANDS:
+            return
+        for override in self.overrides:
+            key = override.key_or_group
+            if key == "model" or key.startswith("model."):
+                raise ConfigError(key, f"`{self.command}` rebuilds the model stored in the checkpoint (ckpt_path): it "
+                                  "takes no model options", hint=f"another model: train it (python -m modelforge "
+                                  f"train {override.input_line.lstrip('+~')} ...), then {self.command} its checkpoint")
+
+
+# The commands whose model is the one stored in their ckpt_path.
+CHECKPOINT_COMMANDS = ("eval", "export", "predict")
 
 
 def _sets_the_sweep(repository: ConfigRepository, group: str, option: str) -> bool:

@@ -81,6 +81,8 @@ def list_names(argv: list[str]) -> int:
         lines += [f"{registry.name}: {registry.description}", *(rows or [f"  (no names match {args.pattern!r})"])]
         if registry.name == "blocks" and (composites := _composites([args.config_dir, conf_dir()], args.pattern)):
             lines += ["  composite blocks (a model file's defaults: - /blocks/<file>@blocks):", *_table(composites)]
+        if registry.name == "models" and (files := _model_files([args.config_dir, conf_dir()], args.pattern)):
+            lines += ["  model files (model=NAME; each builds one of the models above):", *_table(files)]
         lines.append("")
     print("\n".join(lines).rstrip())
     return 0
@@ -96,6 +98,34 @@ def _shipped_options(group: str | None, pattern: str) -> list[tuple[str, str]]:
 def _table(rows: list[tuple[str, str]]) -> list[str]:
     width = max((len(name) for name, _ in rows), default=0)
     return [f"  {name.ljust(width)}  {about}" for name, about in rows]
+
+
+def _model_files(folders: list[Path | None], pattern: str) -> list[tuple[str, str]]:
+    """The options of the model group (conf/model and DIR/model), each with the first sentence of its comment."""
+    found: dict[str, tuple[str, str]] = {}
+    for folder in (f for f in folders if f):
+        for path in sorted((folder / "model").glob("*.yaml")):
+            if fnmatch.fnmatchcase(path.stem, pattern) and path.stem not in found:  # the user's folder first
+                where = "conf/model" if folder == conf_dir() else str(folder / "model")
+                found[path.stem] = (path.stem, f"{_first_sentence(path)} [{where}/{path.name}]")
+    return sorted(found.values())
+
+
+def _first_sentence(path: Path, limit: int = 100) -> str:
+    """The first sentence of the comment a YAML file opens with: up to the first ': ' or '. ' outside parentheses
+    ("(Liu et al. 2022)" is inside), cut at a word to ``limit`` characters."""
+    comment = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        comment.append(line.lstrip("#").strip())
+    text, depth = " ".join(comment), 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and char in ":." and text[i + 1:i + 2] in (" ", ""):
+            text = text[:i]
+            break
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _composites(folders: list[Path | None], pattern: str) -> list[tuple[str, str]]:  # of blocks/*.yaml

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from torch import Tensor
 
 
 def save_cam_grid(images: Tensor, heatmaps: Tensor, predicted: Tensor, labels: Tensor | None, path: Path,
-                  title: str = "") -> Path:
-    """Write one row per image (image | heatmap | overlay) to ``path``; titles give predicted and true class."""
+                  title: str = "", blank: Collection[int] = ()) -> Path:
+    """Write one row per image (image | heatmap | overlay) to ``path``; titles give predicted and true class, and
+    say which heatmaps are ``blank`` (all zero)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -29,7 +31,8 @@ def save_cam_grid(images: Tensor, heatmaps: Tensor, predicted: Tensor, labels: T
     for i in range(n):
         image = images[i].mean(dim=0).numpy()  # channels averaged: MNIST has one
         true = f", true {int(labels[i])}" if labels is not None else ""
-        panels = ((image, "gray", f"pred {int(predicted[i])}{true}"), (heatmaps[i].numpy(), "jet", "heatmap"))
+        heatmap = "heatmap: blank (all zero)" if i in blank else "heatmap"
+        panels = ((image, "gray", f"pred {int(predicted[i])}{true}"), (heatmaps[i].numpy(), "jet", heatmap))
         for ax, (data, cmap, text) in zip(axes[i], panels):
             ax.imshow(data, cmap=cmap)
             ax.set_title(text, fontsize=8)

@@ -9,7 +9,7 @@ the model's direct children (for a conv encoder's blocks use ``encoder.?``).
 With ``save_images`` the feature maps of one sample (4-D outputs only) are
 written as PNG grids to ``run_dir/features/<layer>_step<call>.png``, for the
 first ``max_images`` calls of each layer over the plugin's life, so re-attaching
-(fit, then test) never overwrites an image. It needs a ``run_dir``.
+(fit, then test) never overwrites an image; the first one written prints where they go. It needs a ``run_dir``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from torch import nn
 from modelforge.errors import ConfigError
 from modelforge.hooks.base import HookPlugin, PluginOptions, require_at_least
 from modelforge.hooks.targets import Target
+from modelforge.hooks.verbose import is_rank_zero
 from modelforge.registry import HOOKS
 
 
@@ -103,3 +104,6 @@ class FeatureCapture(HookPlugin):
             title = f"{name or 'model'} ({type(module).__name__}), call {call}, sample 0"
             self.saved_images.append(save_feature_grid(output[0], file, title))
             self._images_saved[name] += 1
+            if len(self.saved_images) == 1 and is_rank_zero():  # the files a user asked for: say where, once
+                print(f"feature_capture feature maps written to {self.image_dir} (LAYER_stepCALL.png, the first "
+                      f"{self.options.max_images} calls of each layer)")

@@ -26,7 +26,7 @@ first batch; only rank zero writes the PNG.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ class CamResult:
     heatmaps: Tensor
     predicted: Tensor
     layer: str
+    blank: dict[int, str] = field(default_factory=dict)  # image index -> why its heatmap is all zero
 
 
 @HOOKS.register("grad_cam", schema=GradCamOptions)
@@ -127,9 +128,11 @@ class GradCam(HookPlugin):
                     raise RuntimeError(f"{self.path}: layer {self.layer_name!r} was not reached by the forward")
                 weights = gradient.mean(dim=(2, 3), keepdim=True)
                 cam = F.relu((weights * activation).sum(dim=1, keepdim=True)).detach()
+                blank = {i: _why_blank(activation[i], gradient[i])
+                         for i in (cam.flatten(1).amax(dim=1) <= 0).nonzero().flatten().tolist()}
                 cam = F.interpolate(cam.float(), size=images.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
                 peak = cam.flatten(1).amax(dim=1).clamp_min(1e-12).view(-1, 1, 1)
-                return CamResult(cam / peak, predicted.detach(), self.layer_name or "model")
+                return CamResult(cam / peak, predicted.detach(), self.layer_name or "model", blank)
         finally:
             self._recording = False
             self._activation = self._gradient = None
@@ -145,6 +148,18 @@ class GradCam(HookPlugin):
             from modelforge.hooks.cam_images import save_cam_grid
 
             file = save_cam_grid(images, result.heatmaps, result.predicted, labels,
-                                 self.run_dir / "grad_cam" / f"{result.layer}.png", title=f"Grad-CAM of {result.layer}")
+                                 self.run_dir / "grad_cam" / f"{result.layer}.png", title=f"Grad-CAM of {result.layer}",
+                                 blank=result.blank)
             self.saved_images.append(file)
             print(f"grad_cam heatmaps written to {file}")  # the one file a user asked for: say where it is
+            for i, why in result.blank.items():  # a blank panel would look like a failure of the tool
+                print(f"grad_cam: the heatmap of image {i} (predicted {int(result.predicted[i])}) is blank: {why}")
+
+
+def _why_blank(activation: Tensor, gradient: Tensor) -> str:
+    """Why one image's CAM (``relu`` of the gradient-weighted sum of the layer's maps) is zero everywhere."""
+    if not gradient.any():
+        return "the gradient of the class score at that layer is zero"
+    if not activation.any():
+        return "the layer's output is zero for this image"
+    return "the gradient-weighted feature maps are nowhere positive: at that layer, no location raises the class score"

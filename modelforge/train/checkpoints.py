@@ -24,6 +24,7 @@ from modelforge.errors import (
     is_allocation_failure,
 )
 from modelforge.files.atomic import write_with
+from modelforge.files.write_faults import UnwritableError, write_fault
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,8 @@ class RunCheckpoints(EpochCheckpoint):
         if trainer.state.fn != TrainerFn.FITTING or isinstance(exception, Diverged) \
                 or is_allocation_failure(exception):
             return
+        if isinstance(write_fault(exception, Path(self.dirpath).parent), UnwritableError):
+            return  # the run directory turned read-only: no state can be saved there, as the run's error says
         try:
             trainer.save_checkpoint(self.interrupted_path, weights_only=False)  # a resume point: the full state
         except Exception as exc:  # a loss checked late (on a GPU) was bad, a full disk: the run's error comes first

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 from modelforge.errors import ConfigError, ModelforgeError
 from modelforge.files.atomic import write_json
 from modelforge.files.paths import why_unwritable
+from modelforge.files.write_faults import write_error_line, write_fault
 from modelforge.train import launch
 
 EXIT_CONFIG_ERROR = 2
@@ -218,24 +219,32 @@ class KeepRunRecords(Callback):
             refuse(exc)
 
 
-def current_run_dir() -> Path:
-    """Hydra's output dir for this job, or a fresh unique folder when called without Hydra."""
+def current_run_dir(command: str = "train") -> Path:
+    """Hydra's output dir for this job, or without Hydra a fresh unique folder where the CLI's ``command`` puts it."""
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
 
     def new_run_dir() -> str:  # the CLI's layout; the random suffix keeps two runs started in one second apart
-        run_dir = Path("outputs") / "train" / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
+        run_dir = Path("outputs") / command / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
         run_dir.mkdir(parents=True, exist_ok=False)
         return str(run_dir.absolute() if launch.started_together() else run_dir)
 
     return Path(launch.rank_zero_decides("run_dir", new_run_dir))  # ranks started together: rank 0's
 
 
-def write_metrics(path: Path, metrics: dict[str, Any], failing: bool) -> None:
-    """Write metrics.json; while a run is failing, a write error is printed, not raised (it would hide the run's)."""
+def write_metrics(path: Path, metrics: dict[str, Any], failing: bool) -> ModelforgeError | None:
+    """Write metrics.json. A write that fails (a read-only or full run directory) is one line: while a run is
+    failing, printed now (the run's own error follows); otherwise returned, for the caller to raise once it has
+    printed the run's figures."""
     try:
         write_json(path, metrics)
     except OSError as exc:
-        if not failing:
+        if failing:  # raised, it would hide the run's own error
+            print(f"error: {write_error_line(exc)}", file=sys.stderr)
+            return None
+        fault = write_fault(exc, path.parent, "the run finished (its figures are printed above), but metrics.json "
+                                              "does not record them")
+        if fault is None:
             raise
-        print(f"error: could not write {path}: {exc}", file=sys.stderr)
+        return fault
+    return None

@@ -20,12 +20,17 @@ from omegaconf import DictConfig
 from modelforge.build import build_model, model_label
 from modelforge.config import load_config
 from modelforge.data.build import describe_data
-from modelforge.deploy.load import check_fits, load_checkpoint, model_weights
+from modelforge.deploy.load import check_fits, load_checkpoint, model_weights, resolve_checkpoint
 from modelforge.errors import ConfigError, Terminated
 from modelforge.files.atomic import write_json, write_yaml
 from modelforge.hooks import build_hook_plugins, check_precision
 from modelforge.inspect.flops import count_macs
 from modelforge.inspect.summary import describe_model
+from modelforge.report.confusion_matrix import ConfusionCounts, write_confusion_matrix
+from modelforge.report.console import quiet_third_party, run_log
+from modelforge.report.learning_curves import write_learning_curves
+from modelforge.report.metrics_table import format_metrics
+from modelforge.report.timings import Phases
 from modelforge.train import launch
 from modelforge.train.averaging import trained_epochs
 from modelforge.train.callbacks import early_stop_summary
@@ -34,27 +39,22 @@ from modelforge.train.checkpoints import (
     check_optimizer_fits,
     failure_record,
 )
+from modelforge.files.write_faults import write_fault
 from modelforge.train.compiled import CompileCost
-from modelforge.train.confusion import ConfusionCounts, write_confusion_matrix
-from modelforge.train.console import quiet_third_party, run_log
-from modelforge.train.curves import write_learning_curves
 from modelforge.train.ddp_teardown import ddp_run_scope
+from modelforge.train.eval_config import check_data_fits, eval_data_config, eval_trainer_options
 from modelforge.train.module import ClassifierModule
 from modelforge.train.optim import build_optimizer
 from modelforge.train.records import claim_run_dir, current_run_dir, write_metrics
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.run_report import setup_report
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
-from modelforge.train.timings import Phases
 from modelforge.train.trainer import (
-    available,
     build_datamodule,
     build_trainer,
     check_trainer_options,
     describe_device,
-    format_metrics,
     hydra_overrides,
-    resolved_device,
 )
 
 log = logging.getLogger(__name__)
@@ -92,17 +92,19 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     ``status`` ended the run itself (``metrics.json`` gets its record, and the weights are not tested).
     """
     phases = Phases()
-    quiet_third_party()
+    quiet_third_party(launch.global_rank())
     run_dir = (Path(run_dir) if run_dir is not None else current_run_dir()).absolute()
     # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
     # batch while training, at once before.
-    with stop_signals() as received:
+    with stop_signals() as received, contextlib.closing(phases):  # the next run's set-up is timed from its end
         with _recorded_setup_failure(run_dir, claimed=False):  # a bad config creates no run directory
             run = validate_run_config(cfg)
         # Atomic, before anything is written there (the CLI claimed it before Hydra wrote: taken over).
         claim_run_dir(run_dir, "train")
         # Under Hydra, Hydra writes train.log.
-        with contextlib.nullcontext() if HydraConfig.initialized() else run_log(run_dir / "train.log"):
+        logging_here = contextlib.nullcontext() if HydraConfig.initialized() else run_log(run_dir / "train.log",
+                                                                                          launch.global_rank())
+        with logging_here:
             return _train(run, run_dir, received, callbacks, phases)
 
 
@@ -188,19 +190,26 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
                            global_step=trainer.global_step, status="finished", timings=phases.record())
             metrics.update(ended_by)
             if run.config.get("curves") and trainer.is_global_zero:  # after training: never on its steps
-                metrics.update(write_learning_curves(run_dir, f"{model_label(run.config['model'])}  {run_dir}"))
+                loggers_off = "trainer.fast_dev_run turns the loggers off" if trainer.fast_dev_run else None
+                metrics.update(write_learning_curves(run_dir, f"{model_label(run.config['model'])}  {run_dir}",
+                                                     loggers_off))
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
+            if reason is exc:  # a run directory turned read-only or full: one line, not Lightning's OSError
+                reason = write_fault(exc, run_dir, f"the run stopped at step {trainer.global_step}; the files "
+                                                   "written before are kept") or exc
             metrics.update(failure_record(reason, run_dir), train_time_s=round(time.perf_counter() - started, 2),
                            global_step=trainer.global_step)
             if reason is exc:
                 raise
             raise reason from None
         finally:
-            if trainer.is_global_zero:
-                write_metrics(run_dir / "metrics.json", metrics, failing=metrics["status"] not in ("finished", "pruned"))
+            unrecorded = write_metrics(run_dir / "metrics.json", metrics, failing=metrics["status"] not in (
+                "finished", "pruned")) if trainer.is_global_zero else None
     if trainer.is_global_zero:
         print(format_metrics(metrics, run_dir))
+    if unrecorded is not None:
+        raise unrecorded
     value = metrics.get(monitor)
     if value is None:
         raise ConfigError("monitor", f"the run logged no metric {monitor!r}",
@@ -222,33 +231,40 @@ def _record(run_dir: Path) -> dict[str, Any]:
 
 
 def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
-    """Rebuild the model stored in ``cfg.ckpt_path`` and report its test metrics."""
-    quiet_third_party()
+    """Rebuild the model stored in ``cfg.ckpt_path`` (a checkpoint, or a run directory: its last.ckpt, else its best
+    one) and report its test metrics, on the data it was trained on unless ``cfg`` chooses other data."""
+    quiet_third_party(launch.global_rank())
     plain = load_config(cfg)
     if not plain.get("ckpt_path"):
         raise ConfigError("ckpt_path", "missing: which checkpoint to evaluate",
-                          hint="python -m modelforge eval ckpt_path=RUN/checkpoints/last.ckpt")
+                          hint="python -m modelforge eval ckpt_path=RUN (a run directory, or RUN/checkpoints/NAME.ckpt)")
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")  # e.g. hooks=[ablate] for an ablation study
     check_trainer_options(plain.get("trainer") or {})
-    ckpt = load_checkpoint(plain["ckpt_path"])
+    ckpt_path, which = resolve_checkpoint(plain["ckpt_path"])  # a run directory: its last.ckpt
+    ckpt = load_checkpoint(ckpt_path)
     stored = ckpt["hyper_parameters"]["config"]
-    datamodule = build_datamodule(_eval_data_config(plain.get("data") or {}, stored.get("data") or {}))
+    data_config = eval_data_config(plain.get("data") or {}, stored.get("data") or {})
+    datamodule = build_datamodule(data_config)
     datamodule.prepare_data()
     model = build_model(stored["model"])
+    model_classes = int(ckpt["hyper_parameters"].get("n_classes") or getattr(datamodule, "n_classes", 10))
+    check_data_fits(datamodule, model, model_classes, data_config, stored.get("data") or {})
+    if Path(plain["ckpt_path"]).expanduser().is_dir():
+        log.info("evaluating %s (%s)", ckpt_path, which)
     # The loss as the run computed it (label smoothing included), so test/loss matches metrics.json.
-    module = ClassifierModule(model, config=stored, n_classes=getattr(datamodule, "n_classes", 10),
+    module = ClassifierModule(model, config=stored, n_classes=model_classes,
                               label_smoothing=float(stored.get("label_smoothing") or 0.0))
     check_fits(ckpt, module)
     module.load_state_dict(ckpt["state_dict"])
     averaging = model_weights(ckpt)[1]  # callbacks=[ema]: the checkpoint's state_dict holds the average
     if averaging:
         log.info("evaluating the %s weights of %s (the run averaged its weights; the trained ones are its "
-                 "current_model_state)", averaging, plain["ckpt_path"])
-    run_dir = Path(run_dir) if run_dir is not None else current_run_dir()
+                 "current_model_state)", averaging, ckpt_path)
+    run_dir = Path(run_dir) if run_dir is not None else current_run_dir("eval")  # as the CLI: outputs/eval/...
     claim_run_dir(run_dir, "eval")  # its eval_metrics.json must replace no earlier record (the CLI's: taken over)
     for plugin in plugins:  # a layer pattern that matches nothing fails now, before testing
         plugin.attach(model, run_dir=run_dir).remove()
-    trainer_options = _eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {})
+    trainer_options = eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {})
     trainer = build_trainer({**stored, "trainer": trainer_options, "hooks": None, "logger": None},
                             run_dir, plugins=plugins, for_eval=True)
     confusion = ConfusionCounts(module.hparams.n_classes)  # from the test's own forward passes
@@ -259,37 +275,14 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     if trainer.is_global_zero:
         drawn = write_confusion_matrix(confusion.counts, run_dir.absolute(), getattr(datamodule, "class_names", ()),
                                        f"{model_label(stored['model'])}  test/acc {metrics.get('test/acc', 0):.4f}")
-        write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(plain["ckpt_path"]),
-                                                   "weights": averaging or "trained",
-                                                   "hooks": plain.get("hooks") or {}, **drawn})
-        print(format_metrics({**metrics, "ckpt_path": str(plain["ckpt_path"])}, run_dir))
+        print(format_metrics({**metrics, "ckpt_path": str(ckpt_path)}, run_dir))
+        try:
+            write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(ckpt_path),
+                                                       "weights": averaging or "trained",
+                                                       "hooks": plain.get("hooks") or {}, **drawn})
+        except OSError as exc:  # the run directory turned read-only or full while testing: one line, exit 1
+            if (fault := write_fault(exc, run_dir, "the figures printed above were measured but are not "
+                                                   "recorded")) is None:
+                raise
+            raise fault from None
     return metrics
-
-
-def _eval_data_config(given: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
-    """The training run's data settings (normalization, split, ...), with those this command set on top."""
-    return {**stored, **_named(given, "data")}
-
-
-def _eval_trainer_options(given: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
-    """This command's trainer options, testing on the kind of device and in the precision the run trained with
-    (a run records both: :func:`~modelforge.train.trainer.resolved_device`) unless it names its own."""
-    named = _named(given, "trainer")
-    as_trained = {k: stored[k] for k in ("accelerator", "precision") if stored.get(k) is not None and k not in named}
-    if "accelerator" in as_trained and not available(as_trained["accelerator"]):
-        log.info("the checkpoint was trained on %s, which this machine lacks: testing on %s in %s, whose figures "
-                 "may differ from the run's in the last digits", as_trained["accelerator"],
-                 resolved_device({})["accelerator"], as_trained.get("precision", "its precision"))
-        del as_trained["accelerator"]
-    return {**given, **as_trained}
-
-
-def _named(given: Mapping[str, Any], group: str) -> dict[str, Any]:
-    """The keys of ``given`` (``group``'s config) that count: from the CLI, where ``given`` holds the group's defaults
-    too, only those named on the command line, or a default would undo a setting the model was trained with."""
-    if not HydraConfig.initialized():
-        return dict(given)
-    named = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in hydra_overrides()
-             if o.lstrip("+~").startswith(f"{group}.")}
-    return {k: v for k, v in given.items() if k in named}
-

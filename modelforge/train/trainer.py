@@ -21,6 +21,8 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from modelforge.config import check_type, resolve_target
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
+from modelforge.report.console import verbose
+from modelforge.report.progress import progress_bar
 from modelforge.train import checkpoints as ckpts
 from modelforge.train import launch
 from modelforge.train.callbacks import (
@@ -29,10 +31,9 @@ from modelforge.train.callbacks import (
     build_callbacks,
     build_loggers,
 )
-from modelforge.train.console import verbose
 from modelforge.train.ddp_teardown import StopTogether
+from modelforge.train.fit_count import RunFitCount
 from modelforge.train.hook_callback import HookPluginsCallback
-from modelforge.train.progress import progress_bar
 
 
 def default_precision(accelerator: str) -> str:
@@ -99,7 +100,7 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
         callbacks.append(StepLogInterval())
     has_bar = any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks)
     if options.get("enable_progress_bar", True) is not False and not has_bar:
-        callbacks.append(progress_bar())  # a bar in a terminal, plain lines in a file or job log
+        callbacks.append(progress_bar(count=RunFitCount()))  # a bar in a terminal, plain lines in a file or job log
     if options.get("enable_model_summary") is None:
         options["enable_model_summary"] = verbose()  # modelforge logs a one-line description instead
     if for_eval:
@@ -121,15 +122,6 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
 def hydra_overrides() -> list[str]:
     """The command-line overrides of this Hydra job ([] outside Hydra)."""
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def format_metrics(metrics: Mapping[str, Any], run_dir: Path) -> str:
-    """The short table printed at the end of a run."""
-    rows = [(k, f"{v:.4f}" if isinstance(v, float) else str(v)) for k, v in sorted(metrics.items())
-            if k.startswith(("val/", "test/", "best_")) or k in ("epochs", "train_time_s", "params", "ckpt_path")]
-    width = max((len(k) for k, _ in rows), default=0)
-    rule = "-" * (width + 14)
-    return "\n".join([rule, *[f"{k.ljust(width)}  {v}" for k, v in rows], rule, f"run directory: {run_dir}"])
 
 
 # Set by modelforge itself (a user value would silently fight the run directory layout), with where to set them.

@@ -66,12 +66,15 @@ def test_features_stay_readable_after_removal_and_reset_on_reattach(model, batch
     plugin.detach()
 
 
-def test_save_images_writes_png_grids_at_most_max_images_times(model, batch, tmp_path) -> None:
+def test_save_images_writes_png_grids_at_most_max_images_times(model, batch, tmp_path, capsys) -> None:
     plugin = build_hook_plugins({"feature_capture": {
         "layers": ["encoder.0", "decoder.1"], "save_images": True, "max_images": 2}})[0]
     with plugin.attach(model, run_dir=tmp_path):
         for _ in range(3):
             model(batch)
+    assert capsys.readouterr().out.splitlines() == [  # where they went, said once
+        f"feature_capture feature maps written to {tmp_path / 'features'} (LAYER_stepCALL.png, the first 2 calls of "
+        "each layer)"]
     files = sorted(p.name for p in (tmp_path / "features").iterdir())
     assert files == ["encoder.0_step000.png", "encoder.0_step001.png"]  # decoder.1's 2-D output has no maps
     for name in files:

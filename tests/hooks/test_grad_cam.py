@@ -80,3 +80,42 @@ def test_one_layer_and_a_4d_output_are_required(model, batch) -> None:
     plugin = grad_cam(layer="decoder.1")
     with plugin.attach(model), pytest.raises(ConfigError, match=r"'decoder\.1' gives \[2, 10\]: Grad-CAM needs"):
         plugin.compute(model, batch)
+
+
+@pytest.mark.parametrize(("setup", "why"), [
+    ("decoder lowers every score", "the gradient-weighted feature maps are nowhere positive: at that layer, no "
+                                   "location raises the class score"),
+    ("decoder ignores its input", "the gradient of the class score at that layer is zero"),
+    ("blank images, no biases", "the layer's output is zero for this image"),
+])
+def test_a_blank_heatmap_is_explained_in_the_console_and_the_picture(model, tmp_path: Path, setup: str, why: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    x = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        if setup == "decoder lowers every score":  # the ReLU's maps are >= 0 and every weight on them < 0
+            model.decoder[1].weight.copy_(-model.decoder[1].weight.abs() - 0.01)
+        elif setup == "decoder ignores its input":
+            model.decoder[1].weight.zero_()
+        else:
+            x = torch.zeros_like(x)
+            for m in model.modules():
+                if getattr(m, "bias", None) is not None:
+                    m.bias.zero_()
+    model.eval()
+    plugin = grad_cam(layer="encoder.4")
+    with plugin.attach(model, run_dir=tmp_path):
+        result = plugin.compute(model, x)
+        assert result.blank == {0: why, 1: why, 2: why} and not result.heatmaps.any()
+        plugin.after_test_batch(model, (x, torch.tensor([1, 2, 3])), 0)
+    png = tmp_path / "grad_cam" / "encoder.4.png"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"grad_cam heatmaps written to {png}"
+    assert lines[1:] == [f"grad_cam: the heatmap of image {i} (predicted {int(result.predicted[i])}) is blank: {why}"
+                         for i in range(3)]
+
+
+def test_a_heatmap_with_something_to_show_is_not_called_blank(model) -> None:
+    x = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    with grad_cam().attach(model) as handle:
+        result = handle.plugin.compute(model.eval(), x)
+    assert result.blank == {} and (result.heatmaps.amax(dim=(1, 2)) == 1).all()

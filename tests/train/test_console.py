@@ -15,9 +15,9 @@ import yaml
 from modelforge import build_model
 from modelforge.data import MNISTDataModule
 from modelforge.errors import Interrupted
+from modelforge.report.progress import LineProgress, progress_bar
 from modelforge.train import train
 from modelforge.train.module import ClassifierModule
-from modelforge.train.progress import LineProgress, progress_bar
 from tests.data_helpers import write_mnist_idx
 from tests.train.conftest import compose_train
 
@@ -65,7 +65,7 @@ def test_verbose_brings_back_lightning_detail_with_true_figures(run_main, mnist_
 
 def test_progress_is_a_bar_in_a_terminal_and_lines_elsewhere() -> None:
     pytest.importorskip("rich")  # without it, lines in a terminal too
-    from modelforge.train.progress import RichBar
+    from modelforge.report.progress import RichBar
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -77,7 +77,7 @@ def test_progress_is_a_bar_in_a_terminal_and_lines_elsewhere() -> None:
 
 def test_terminal_bar_fits_80_columns(tiny_mnist: Path) -> None:
     pytest.importorskip("rich")
-    from modelforge.train.progress import RichBar
+    from modelforge.report.progress import RichBar
 
     screen = io.StringIO()
     bar = RichBar(console_kwargs={"force_terminal": True, "width": 80, "file": screen}, leave=True)
@@ -104,7 +104,7 @@ def test_only_a_bar_that_reads_logged_values_gets_the_step_loss_for_its_bar(bar:
     from pytorch_lightning.callbacks import TQDMProgressBar
     from pytorch_lightning.trainer.connectors.logger_connector import result
 
-    from modelforge.train.progress import RichBar
+    from modelforge.report.progress import RichBar
 
     converted = []
     convert = result.convert_tensors_to_scalars
@@ -209,9 +209,9 @@ def test_a_progress_line_comes_at_least_every_every_s_seconds(every_s: float, st
     # takes over): only the time trigger can print the line after step 1.
     trainer = pl.Trainer(callbacks=[LineProgress(lines_per_epoch=1, every_s=every_s)], max_epochs=1,
                          accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False)
-    with caplog.at_level("INFO", logger="modelforge.train.progress"):
+    with caplog.at_level("INFO", logger="modelforge.report.progress"):
         trainer.fit(LitTiny(), loader())
-    lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.train.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.report.progress"]
     assert sum(line.startswith("epoch 1/1  step 1/2") for line in lines) == step_lines
     assert any(line.startswith("epoch 1/1 done in") for line in lines)
 

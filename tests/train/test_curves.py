@@ -6,6 +6,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from modelforge.report.learning_curves import CURVES_FILE, read_metrics_csv, write_learning_curves
 from modelforge.train import evaluate, train
-from modelforge.train.curves import CURVES_FILE, read_metrics_csv, write_learning_curves
 from tests.train.conftest import compose_train, tiny_cli_args
 from tests.train.test_atomic_writes import _mount_tmpfs
 
@@ -66,6 +67,14 @@ def test_without_a_csv_logger_no_curves_and_it_says_why(tiny_mnist: Path, tmp_pa
     assert "learning_curves" not in json.loads((tmp_path / "metrics.json").read_text())
 
 
+def test_fast_dev_run_says_it_turned_the_loggers_off(tiny_mnist: Path, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    train(compose_train(tiny_mnist, *MLP, "trainer.fast_dev_run=true", "curves=true"), run_dir=tmp_path)  # logger=csv
+    assert "learning curves: none drawn, as trainer.fast_dev_run turns the loggers off" in caplog.text
+    assert "kept no logs/metrics.csv" not in caplog.text and not (tmp_path / CURVES_FILE).exists()
+
+
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root on Linux")
 def test_curves_that_do_not_fit_on_the_disk_are_a_warning_and_leave_no_file(two_epochs: Path, tmp_path: Path,
                                                                             caplog: pytest.LogCaptureFixture) -> None:
@@ -77,7 +86,9 @@ def test_curves_that_do_not_fit_on_the_disk_are_a_warning_and_leave_no_file(two_
         (disk / "logs" / "metrics.csv").write_text(csv_text)
         with caplog.at_level(logging.WARNING):
             assert write_learning_curves(disk) == {}
-        assert f"learning curves not written: no space left in {disk}" in caplog.text
+        found = re.search(rf"learning curves not written: no space left in {disk} to write learning_curves.png: it "
+                          r"needs about ([0-9.]+) KB, ([0-9.]+) KB free", caplog.text)
+        assert found and float(found[1]) > float(found[2])  # the picture's size, not what fitted before the disk filled
         assert sorted(p.name for p in disk.iterdir()) == ["logs"]  # no picture, no temp file
         assert (disk / "logs" / "metrics.csv").read_text() == csv_text
     finally:
@@ -111,10 +122,29 @@ def test_eval_prints_the_accuracy_and_draws_the_confusion_matrix(two_epochs: Pat
 
 
 def test_the_epoch_axis_maps_steps_to_epochs_past_its_ends_too() -> None:
-    from modelforge.train.curves import _epoch_axis, _linear
+    from modelforge.report.learning_curves import _epoch_axis, _linear
 
     assert _epoch_axis({0: 4, 1: 8}) == ([0.0, 4.0, 8.0], [0.0, 1.0, 2.0])
     assert _epoch_axis({2: 30, 3: 40}) == ([20.0, 30.0, 40.0], [2.0, 3.0, 4.0])  # a resumed run: from epoch 3's start
     assert _epoch_axis({}) is None
     to_epoch = _linear([0.0, 4.0, 8.0], [0.0, 1.0, 2.0])
     assert list(to_epoch([2.0, 8.0, 10.0, -2.0])) == [0.5, 2.0, 2.5, -0.5]  # the plot's margins, not flat
+
+
+def test_eval_s_confusion_matrix_goes_to_its_own_run_directory_never_the_checkpoint_s(
+        run_main, two_epochs: Path, tiny_mnist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where it is written: eval's own run directory, outputs/eval/DATE/TIME_XXXXXX/ by default (the CLI's and,
+    now, Python's: evaluate() without run_dir used outputs/train/), which eval prints; the run that trained the
+    checkpoint is left as it was."""
+    before = sorted(p.name for p in two_epochs.iterdir())
+    result = run_main("eval", f"ckpt_path={two_epochs}", *tiny_cli_args(tiny_mnist), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (cli_png,) = (tmp_path / "outputs" / "eval").glob("*/*/confusion_matrix.png")
+    assert f"confusion matrix: {cli_png.absolute()} (" in result.stdout
+    assert f"run directory: {cli_png.parent.absolute()}" in result.stdout
+    (tmp_path / "python").mkdir()
+    monkeypatch.chdir(tmp_path / "python")
+    evaluate(compose_train(tiny_mnist, f"ckpt_path={two_epochs}"))
+    assert len(list((tmp_path / "python" / "outputs" / "eval").glob("*/*/confusion_matrix.png"))) == 1
+    assert not (tmp_path / "python" / "outputs" / "train").exists()
+    assert sorted(p.name for p in two_epochs.iterdir()) == before

@@ -13,8 +13,8 @@ from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Callback
 
 from modelforge.errors import ConfigError, Terminated
+from modelforge.report.progress import LineProgress
 from modelforge.train import train
-from modelforge.train.progress import LineProgress
 from tests.train.conftest import compose_train
 
 SAME = ("seed=3", "trainer.deterministic=true", "model=cnn", "enc_sizes=[4]", "dec_sizes=[16]", "model.dropout=0.2")
@@ -105,9 +105,9 @@ def test_a_mid_epoch_resume_prints_progress_lines(tiny_mnist: Path, tmp_path: Pa
     args = (*SAME, "trainer.max_epochs=2", "trainer.enable_progress_bar=true")  # not a terminal: progress lines
     ckpt = _stopped_by_sigterm_at(6, compose_train(tiny_mnist, *args), tmp_path / "first", monkeypatch)
     monkeypatch.setattr(LineProgress, "MIN_STEPS", 1)  # 4-step epochs: a line a step, to see the resumed epoch's
-    with caplog.at_level("INFO", logger="modelforge.train.progress"):
+    with caplog.at_level("INFO", logger="modelforge.report.progress"):
         train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
-    lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.train.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "modelforge.report.progress"]
     assert any(line.startswith("epoch 2/2  step 3/4") for line in lines), lines  # the resumed epoch's next step
     assert any(line.startswith("epoch 2/2 done in ") for line in lines), lines
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["global_step"] == 8

@@ -13,9 +13,10 @@ from types import SimpleNamespace
 import pytest
 
 from modelforge.errors import ConfigError
+from modelforge.report.console import quiet_third_party
+from modelforge.report.progress import LineProgress
 from modelforge.train import train
-from modelforge.train.console import quiet_third_party
-from modelforge.train.progress import LineProgress
+from modelforge.train.launch import global_rank
 from modelforge.train.run_config import validate_run_config
 from tests.train.conftest import compose_train
 
@@ -85,7 +86,7 @@ def test_checkpoint_names_count_epochs_as_the_lines_do(tiny_mnist: Path, tmp_pat
 
 def test_the_terminal_bar_counts_epochs_from_1() -> None:
     pytest.importorskip("rich")
-    from modelforge.train.progress import RichBar
+    from modelforge.report.progress import RichBar
 
     bar = RichBar()
     bar._trainer = SimpleNamespace(current_epoch=0, max_epochs=3, callbacks=[])
@@ -103,7 +104,7 @@ def test_a_short_epoch_is_not_a_line_per_step(caplog: pytest.LogCaptureFixture) 
     data = TensorDataset(torch.randn(20, 1, 8, 8), torch.randint(0, 10, (20,)))
     trainer = pl.Trainer(callbacks=[LineProgress()], max_epochs=1, accelerator="cpu", logger=False,
                          enable_checkpointing=False, enable_model_summary=False)
-    with caplog.at_level("INFO", logger="modelforge.train.progress"):
+    with caplog.at_level("INFO", logger="modelforge.report.progress"):
         trainer.fit(LitTiny(), DataLoader(data, batch_size=1))  # 20 steps: 1/20 of it would be every step
     steps = [r.getMessage().split("  ")[1] for r in caplog.records if "  step " in r.getMessage()]
     assert steps == ["step 5/20", "step 10/20", "step 15/20"]
@@ -130,7 +131,7 @@ def test_on_a_ddp_rank_other_than_0_the_console_shows_warnings_only(monkeypatch:
     console.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     monkeypatch.setattr(root, "handlers", [console, own_file])
     monkeypatch.setenv("LOCAL_RANK", "1")  # a rank Lightning's launcher started
-    quiet_third_party()
+    quiet_third_party(global_rank())
     log = logging.getLogger("modelforge.train.run")
     monkeypatch.setattr(log, "level", logging.INFO)
     log.info("model cnn (CNN): ...")
@@ -148,7 +149,7 @@ def test_lightnings_initializing_distributed_stays_in_the_log_file(monkeypatch: 
     console.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     monkeypatch.setattr(root, "handlers", [console, own_file])
     monkeypatch.delenv("LOCAL_RANK", raising=False)  # rank 0
-    quiet_third_party()
+    quiet_third_party(global_rank())
     log = logging.getLogger("lightning_fabric.utilities.distributed")
     monkeypatch.setattr(log, "level", logging.INFO)
     log.info("Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2")

@@ -1,6 +1,7 @@
 """What a run prints, by configuration: ``conf/hydra/job_logging/run.yaml`` sets the levels of
 library loggers whose lines tell a user nothing, for every run (``eval``, runs from Python too);
-``hydra.verbose=true`` brings everything back. Lightning-free: run.yaml names :data:`STDOUT`."""
+``hydra.verbose=true`` brings everything back. Lightning-free: run.yaml names :data:`STDOUT`. The caller says
+which DDP rank this process is (``modelforge.train.launch.global_rank``): only rank 0's INFO lines reach the console."""
 
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import yaml
-
-from modelforge.train.launch import global_rank
 
 _WARNINGS = (  # (message, module) of warnings that no option prevents
     # Lightning 2.6 calls a pytree API that torch 2.13 deprecates.
@@ -74,7 +73,15 @@ _REPEATED = (("pytorch_lightning.callbacks.early_stopping", "Signaling Trainer t
 _NOT_ON_CONSOLE = "Initializing distributed"
 
 
-def quiet_third_party() -> None:
+def quiet_library_notices() -> None:
+    """Library loggers at run.yaml's levels from the start of a command, before Hydra applies run.yaml: in a check
+    before the job, Lightning imports torchmetrics, which imports matplotlib, whose font manager announces building
+    its cache (``generated new fontManager``, once per machine) while Hydra's own logging prints INFO lines."""
+    for name, spec in _job_logging()["loggers"].items():
+        logging.getLogger(name).setLevel(spec["level"])
+
+
+def quiet_third_party(rank: int) -> None:
     """Library loggers at run.yaml's levels (at the root's when verbose: ``hydra.verbose=true`` lowers
     only the root's); Lightning's through the run's handlers; warnings no option prevents ignored, lines that repeat
     the run's own dropped; on a DDP rank other than 0, INFO lines held back."""
@@ -92,22 +99,22 @@ def quiet_third_party() -> None:
             logger.removeFilter(old)
         if not verbose():
             logger.addFilter(_DropLines(text))
-    _quiet_console(logging.getLogger().handlers)
+    _quiet_console(logging.getLogger().handlers, rank)
 
 
-def _quiet_console(handlers: list[logging.Handler]) -> None:
+def _quiet_console(handlers: list[logging.Handler], rank: int) -> None:
     """On the console handlers (not the log files): rank 0's INFO lines only, and not the lines it need not show."""
     for handler in (h for h in handlers if not isinstance(h, logging.FileHandler)):
         for old in [f for f in handler.filters if isinstance(f, (_RankZeroInfo, _DropLines))]:
             handler.removeFilter(old)
-        if global_rank() != 0:
+        if rank != 0:
             handler.addFilter(_RankZeroInfo())
         if not verbose():
             handler.addFilter(_DropLines(_NOT_ON_CONSOLE))
 
 
 @contextlib.contextmanager
-def run_log(log_file: Path) -> Iterator[None]:
+def run_log(log_file: Path, rank: int) -> Iterator[None]:
     """For a run from Python, what Hydra does from run.yaml for the CLI: INFO and up to ``log_file``,
     and to stdout when nothing else prints, in run.yaml's format; undone afterwards."""
     root, saved_level = logging.getLogger(), logging.getLogger().level
@@ -115,7 +122,7 @@ def run_log(log_file: Path) -> Iterator[None]:
     for handler in handlers:
         handler.setFormatter(logging.Formatter(_job_logging()["formatters"]["simple"]["format"]))
         root.addHandler(handler)
-    _quiet_console(handlers)
+    _quiet_console(handlers, rank)
     root.setLevel(min(saved_level, logging.INFO))
     try:
         yield

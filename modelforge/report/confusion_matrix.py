@@ -16,7 +16,8 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from torch import Tensor, nn
 
-from modelforge.files.atomic import write_with
+from modelforge.files.write_faults import write_error_line
+from modelforge.report.png_file import save_png
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,7 @@ def draw_confusion_matrix(counts: Tensor, path: Path, class_names: Sequence[str]
     ax.set_ylabel("true")
     if title:
         ax.set_title(title, fontsize=9)
-    write_with(path, lambda handle: fig.savefig(handle, dpi=100, format="png"))  # never half a PNG
-    return path
+    return save_png(fig, path)
 
 
 def write_confusion_matrix(counts: Tensor, run_dir: Path, class_names: Sequence[str] = (),
@@ -95,7 +95,7 @@ def write_confusion_matrix(counts: Tensor, run_dir: Path, class_names: Sequence[
     try:
         drawn = draw_confusion_matrix(counts, run_dir / CONFUSION_FILE, class_names, title)
     except OSError as exc:
-        log.warning("confusion matrix not written: %s", exc)
+        log.warning("confusion matrix not written: %s", write_error_line(exc))
         return record
     correct, total = int(counts.diag().sum()), int(counts.sum())
     log.info("confusion matrix: %s (%d of %d test images right)", drawn, correct, total)

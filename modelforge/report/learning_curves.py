@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelforge.files.atomic import write_with
+from modelforge.files.write_faults import write_error_line
+from modelforge.report.png_file import save_png
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +130,7 @@ def draw_learning_curves(logged: Logged, path: Path, title: str = "") -> Path:
     if title:
         fig.suptitle(title, fontsize=9)
     fig.subplots_adjust(left=0.22 / len(panels), right=0.98, bottom=0.15, top=0.78, wspace=0.3)  # room for both axes
-    write_with(path, lambda handle: fig.savefig(handle, dpi=100, format="png"))  # never half a PNG
-    return path
+    return save_png(fig, path)
 
 
 def learning_curves(run_dir: Path, title: str = "") -> Path | None:
@@ -141,14 +141,17 @@ def learning_curves(run_dir: Path, title: str = "") -> Path | None:
     return draw_learning_curves(read_metrics_csv(source), run_dir / CURVES_FILE, title)
 
 
-
-def write_learning_curves(run_dir: Path, title: str = "") -> dict[str, str]:
+def write_learning_curves(run_dir: Path, title: str = "", loggers_off: str | None = None) -> dict[str, str]:
     """At a run's end: draw its learning curves and say where (``learning_curves: PATH``), or why not; a picture
-    that cannot be written (a full disk) is a warning, not a failure of the run that trained. For metrics.json."""
+    that cannot be written (a full disk) is a warning, not a failure of the run that trained. For metrics.json.
+    ``loggers_off``: why the run logged nothing, when something turned its loggers off (``trainer.fast_dev_run``)."""
+    if loggers_off is not None:
+        log.info("learning curves: none drawn, as %s", loggers_off)
+        return {}
     try:
         drawn = learning_curves(run_dir, title)
     except OSError as exc:
-        log.warning("learning curves not written: %s", exc)
+        log.warning("learning curves not written: %s", write_error_line(exc))
         return {}
     if drawn is None:
         log.info("learning curves: none drawn, as the run kept no %s (logger=csv writes it)", METRICS_CSV)
