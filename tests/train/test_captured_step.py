@@ -278,3 +278,13 @@ def test_the_optimizer_step_count_is_the_global_step_after_a_save_and_a_resume(t
         counts = {float(s["step"]) for s in saved["optimizer_states"][0]["state"].values()}
         assert metrics["global_step"] == epochs * (128 // batch) and counts == {float(metrics["global_step"])}
         assert saved["optimizer_states"][0]["param_groups"][0]["capturable"] is False  # as the optimizer was built
+
+
+def test_devices_auto_is_refused_where_it_would_pick_several_gpus() -> None:
+    """``devices=auto`` counts the GPUs Lightning would pick (``CUDAAccelerator.auto_device_count()`` on a GPU host,
+    one elsewhere); the other forms say how many they ask for."""
+    from modelforge.train.cuda_graph_checks import several_devices
+
+    assert several_devices("auto", 2) == "every GPU of this machine (2)" and several_devices("auto", 1) is None
+    assert [several_devices(d, 1) for d in (1, "1", [0], "0,", 2, "2", -1, "-1", "0,1", [0, 1])] == [
+        None, None, None, None, "2 devices", "2 devices", "every device", "every device", "2 devices", "2 devices"]
