@@ -204,10 +204,11 @@ DEVICES_ALLOWED = {"cpu": "auto, or a number of processes >= 1 (trainer.devices=
 
 
 def lightning_refusal(exc: Exception, options: Mapping[str, Any] | None = None) -> ConfigError:
-    """Lightning's word on the ``trainer.*`` values, as modelforge's error: under the key its message names in
-    backticks (```devices` selected with `CPUAccelerator` ...``), when the config set that key."""
+    """Lightning's word on the ``trainer.*`` values, as modelforge's error: under the key its message names (in
+    backticks first: ```devices` selected with `CPUAccelerator` ...``), when the config has that key."""
     options = options or {}
-    named = next((name for name in re.findall(r"`(\w+)`", str(exc)) if name in options), None)
+    names = [*re.findall(r"`(\w+)`", str(exc)), *re.findall(r"\w+", str(exc))]
+    named = next((name for name in names if name in options), None)
     if named is None:
         return ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got")
     allowed = None
