@@ -4,7 +4,7 @@ and every row's result in ``results/gpu.json`` and RESULTS.md as soon as it fini
     python experiments/benchmarks/run.py --only gpu [--data-dir DIR]             # at most 7 minutes (the deadline)
     python experiments/benchmarks/run.py --only gpu --gpu-deadline-s 300          # another deadline
     python experiments/benchmarks/run.py --only gpu --gpu-rows headline,speedrun  # some row groups (names below)
-    python experiments/benchmarks/run.py --only gpu --accelerator cpu             # the plumbing, on a CPU (~4 min)
+    python experiments/benchmarks/run.py --only gpu --accelerator cpu             # the plumbing, on a CPU
 
 Each row is a process group of its own, under its own time limit clipped to the time left: a row that hangs is
 recorded as timed out and the next one runs; a row that cannot start before the deadline is recorded as not run.
@@ -21,7 +21,7 @@ row it finished. Rows, most valuable first (``--gpu-rows`` takes the group names
 4. ``compile``: the fast recipe with ``compile=true data.drop_last=true`` (bf16-mixed): its graphs and seconds;
 5. ``resume``: a captured run of ``--pair-steps`` steps, resumed for a second epoch: Adam's step count in each
    last.ckpt equals the run's global_step;
-6. ``tests``: the GPU tests of tests/train (``-k "gpu or cuda"``), under their own limit;
+6. ``tests``: the GPU tests of tests/train (:data:`GPU_TESTS`), under their own limit;
 7. then ``loop`` (the headline's three in 32-true), ``clip`` (eager against captured with value clipping), ``sgd``
    (eager against captured, fused SGD), ``swa`` (refused: exit 2), ``ema`` (captured with callbacks=[ema]),
    ``batch512`` (the headline's three at batch 512, 3 epochs), ``syncs`` (host syncs in steady-state steps,
@@ -62,7 +62,11 @@ BATCH_512 = ("data.batch_size=512", "trainer.max_epochs=3", "optim.lr=3e-2")
 # A pair of runs matches when the captured one is the eager one up to rounding (a frozen lr, a lost step or a
 # clip that zeroes the gradients is off by orders of magnitude more).
 PAIR_TOLERANCE = {"weights_max_abs_diff": 1e-2, "test_loss_rel_diff": 1e-2}
-GPU_TESTS = ("tests/train", "-k", "gpu or cuda")
+# The tests that need CUDA (each skips without it), by id: a -k expression also picks every id that says cuda_graph.
+GPU_TESTS = ("tests/train/test_captured_step.py::test_on_a_gpu_the_captured_run_trains_as_the_eager_run",
+             "tests/train/test_captured_step.py::"
+             "test_the_optimizer_step_count_is_the_global_step_after_a_save_and_a_resume[gpu]",
+             "tests/train/test_divergence.py::test_on_a_single_gpu_the_guard_defers_its_check_by_one_step")
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ def rows(pair_steps: int = PAIR_STEPS) -> list[Row]:
     table.append(Row(f"resume: cuda_graph, {pair_steps} steps, then a second epoch; Adam's step count = global_step",
                      "resume", "resume", [*FAST, "cuda_graph=true", *SCHEDULE, f"trainer.limit_train_batches={pair_steps}"],
                      90))
-    table.append(Row("GPU tests of tests/train (-k 'gpu or cuda')", "tests", "tests", GPU_TESTS, 180))
+    table.append(Row("the GPU tests of tests/train (GPU_TESTS)", "tests", "tests", GPU_TESTS, 180))
     table += _trio("loop", "batch 32, 1 epoch", "32-true", [], [], cpu_form=False)
     table.append(Row(f"clip: eager vs cuda_graph, gradient_clip_algorithm=value 0.05, {pair_steps} steps", "clip",
                      "pair", [*FAST, *EXACT, *steps, "trainer.gradient_clip_algorithm=value",
