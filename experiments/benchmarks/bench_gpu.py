@@ -202,7 +202,10 @@ def measure(results_dir: Path, env: Mapping[str, str], accelerator: str = "gpu",
 
     def run_one(index: int) -> dict[str, Any]:
         row = chosen[index]
-        return KINDS[row.kind](row, setting.work / str(index), setting, lambda pid: record.update(index, pid=pid))
+        try:
+            return KINDS[row.kind](row, setting.work / str(index), setting, lambda pid: record.update(index, pid=pid))
+        except Exception as exc:  # reading a row's figures: one broken row must not end the session
+            return {"status": "failed", "exit": "error", "error": f"{type(exc).__name__}: {exc}"}
 
     run_rows(record, deadline, run_one, skip)
     return record.data

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -27,7 +28,7 @@ STOP_GRACE_S = 5.0  # a stopped command's group gets SIGTERM, then SIGKILL after
 TAIL_CHARS = 1500  # of a failed command's error output, kept in its row
 
 
-class SessionStopped(Exception):
+class SessionStopped(BaseException):  # not an Exception: no row's handler may swallow it
     """SIGTERM or SIGINT reached the session: the row in flight is stopped and recorded, the rest are not run."""
 
     def __init__(self, signum: int) -> None:
@@ -156,9 +157,20 @@ class SessionRecord:
 
     def save(self) -> None:
         self.data.update(self.summarize(self.rows))
-        write_atomic(self.path, json.dumps(self.data, indent=2, allow_nan=False, default=str) + "\n")
+        write_atomic(self.path, json.dumps(_finite(self.data), indent=2, allow_nan=False, default=str) + "\n")
         if self.rebuild is not None:
             self.rebuild()
+
+
+def _finite(value: Any) -> Any:
+    """Strict JSON: a NaN or inf figure (a diverged run's loss) as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def run_rows(record: SessionRecord, deadline: Deadline, run_one: Callable[[int], dict[str, Any]],
@@ -166,25 +178,28 @@ def run_rows(record: SessionRecord, deadline: Deadline, run_one: Callable[[int],
     """Run the record's rows in order: each marked running, then given what ``run_one(index)`` returns. A row that
     ``skip`` names a reason for, or that the deadline leaves less than its margin for, is recorded as not run. SIGTERM or SIGINT stops the row in flight (recorded as interrupted) and ends the session with
     ``SystemExit(128 + signal)``. Returns the session's status: finished, or deadline if rows were left out."""
-    status = "finished"
+    status, index = "finished", -1
     with stop_on_signals():
-        for index in range(len(record.rows)):
-            if (why := skip(index)) is not None:
-                record.update(index, status="not run", exit="not run", why=why)
-                continue
-            if (left := deadline.left()) < deadline.margin:
-                record.update(index, status="not run", exit="not run",
-                              why=f"the session's deadline ({deadline.seconds:.0f} s) left {max(left, 0):.0f} s")
-                status = "deadline"
-                continue
-            record.update(index, status="running", started_s=round(deadline.elapsed(), 1))
-            try:
-                result = run_one(index)
-            except SessionStopped as stop:
-                record.update(index, status="interrupted", exit="interrupted",
-                              why=f"{stop} stopped the session {deadline.elapsed():.0f} s in, while this row ran")
-                record.finish("terminated", stopped_by=str(stop))
-                raise SystemExit(128 + stop.signum) from None
-            record.update(index, **result)
-    record.finish(status)
+        try:
+            for index in range(len(record.rows)):
+                if (why := skip(index)) is not None:
+                    record.update(index, status="not run", exit="not run", why=why)
+                    continue
+                if (left := deadline.left()) < deadline.margin:
+                    record.update(index, status="not run", exit="not run",
+                                  why=f"the session's deadline ({deadline.seconds:.0f} s) left {max(left, 0):.0f} s")
+                    status = "deadline"
+                    continue
+                record.update(index, status="running", started_s=round(deadline.elapsed(), 1))
+                record.update(index, **run_one(index))
+        except SessionStopped as stop:  # wherever it came: in a row, or while the record was written
+            for signum in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut the record short
+                signal.signal(signum, signal.SIG_IGN)
+            if 0 <= index < len(record.rows) and record.rows[index]["status"] == "running":
+                record.rows[index].update(status="interrupted", exit="interrupted",
+                                          why=f"{stop} stopped the session {deadline.elapsed():.0f} s in, while this "
+                                              "row ran")
+            record.finish("terminated", stopped_by=str(stop))
+            raise SystemExit(128 + stop.signum) from None
+        record.finish(status)
     return status
