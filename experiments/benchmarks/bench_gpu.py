@@ -77,7 +77,7 @@ class Row:
     args: Sequence[str]  # raw/syncs: the script's options; train kinds: the overrides; tests: pytest's arguments
     timeout_s: float  # per process
     tags: Mapping[str, str] = field(default_factory=dict)  # recipe, precision, side: what a ratio pairs
-    other: Sequence[str] = ()  # pair: the second (captured) side's extra overrides; refusal: the expected text
+    other: Sequence[str] = ()  # pair: the captured side's extra overrides; refusal: the expected text; tests: -n N
     gpu_only: bool = False  # needs CUDA itself (NCCL, the sync debug mode): not run in the CPU form
     cpu_form: bool = True  # run in the CPU form (one row of each kind of plumbing)
 
@@ -120,7 +120,8 @@ def rows(pair_steps: int = PAIR_STEPS) -> list[Row]:
                      [*FAST, "trainer=ddp", "trainer.devices=1"], 90, gpu_only=True))
     table.append(Row("sweep of 2 jobs (-m), fast recipe", "sweep", "sweep", ["-m", *FAST, "enc_sizes=[32,64],[16,32]"],
                      150))
-    table.append(Row("all of tests/train", "tests_all", "tests", ("tests/train",), 300, gpu_only=True))
+    table.append(Row("all of tests/train", "tests_all", "tests", ("tests/train",), 300, other=["-n", "4"],
+                     gpu_only=True))
     return table
 
 
@@ -350,8 +351,9 @@ def run_script(row: Row, target: Path, setting: Setting, on_start: Any) -> dict[
 
 
 def run_tests(row: Row, target: Path, setting: Setting, on_start: Any) -> dict[str, Any]:
-    """pytest on these tests (the project's addopts left out: they need pytest-xdist), under the row's limit."""
-    workers = ["-n", "4"] if importlib.util.find_spec("xdist") is not None else []
+    """pytest on these tests, under the row's limit: the project's addopts left out (they need pytest-xdist), and
+    ``row.other``'s workers where pytest-xdist is installed (a few tests run faster in one process)."""
+    workers = list(row.other) if importlib.util.find_spec("xdist") is not None else []
     argv = ["-m", "pytest", "-o", "addopts=", "--import-mode=importlib", "-p", "no:cacheprovider", "-m", "not slow",
             "-q", "-rfs", *workers, *row.args]
     finished = run_command(_python(argv), setting.env, _limit(row, setting), target.with_suffix(".logs"), on_start,
