@@ -22,7 +22,7 @@ from modelforge.config import signature_defaults
 from modelforge.errors import ConfigError
 from modelforge.train.averaging import averaging_callbacks
 from modelforge.train.captured_step import SUPPORTED
-from modelforge.train.optim import build_optimizer, build_scheduler
+from modelforge.train.optim import build_optimizer, build_scheduler, lightning_settings
 
 # Hook plugins whose hooks are tensor ops only (a replay runs them); the others run Python at every step.
 CAPTURABLE_PLUGINS = ("grad_clip",)
@@ -124,8 +124,9 @@ def _check_momentum_stays(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, 
         hint = ("sched.cycle_momentum=false (as experiment=speedrun), or leave out cuda_graph"
                 if "cycle_momentum" in signature_defaults(type(scheduler)) else
                 "a schedule that moves only the learning rate, or leave out cuda_graph")
-        refuse(f"{name} moves {optimizer}'s {moved[0]} at every step, and a replayed step keeps the value it was "
-               "captured with (torch's optimizers read it as a host number)", hint)
+        interval = lightning_settings(sched_cfg)["interval"]  # when Lightning steps it: every step or epoch
+        refuse(f"{name} moves {optimizer}'s {moved[0]} at every {interval}, and a replayed step keeps the value it "
+               "was captured with (torch's optimizers read it as a host number)", hint)
 
 
 def _check_full_batch(datamodule: Any, batch_size: Any) -> None:

@@ -108,9 +108,9 @@ def test_a_batch_of_another_shape_is_refused_naming_drop_last() -> None:
      "error: cuda_graph: trainer.devices=[0, 1] asks for 2 devices"),
     # CyclicLR cycles the momentum (here Adam's beta1) by default, as one-cycle does
     (["sched=none", "+sched._target_=torch.optim.lr_scheduler.CyclicLR", "+sched.base_lr=1e-4", "+sched.max_lr=1e-3"],
-     "error: cuda_graph: CyclicLR moves Adam's beta1 at every step"),
+     "error: cuda_graph: CyclicLR moves Adam's beta1 at every epoch"),
     (["optim=sgd", "sched=none", "+sched._target_=torch.optim.lr_scheduler.CyclicLR", "+sched.base_lr=1e-4",
-      "+sched.max_lr=1e-3"], "error: cuda_graph: CyclicLR moves SGD's momentum at every step"),
+      "+sched.max_lr=1e-3", "+sched.interval=step"], "error: cuda_graph: CyclicLR moves SGD's momentum at every step"),
     # the ragged last batch is left out: a batch larger than the 128 training images would train 0 steps
     (["data.batch_size=256", "sched.cycle_momentum=false"],
      "error: data.batch_size: 256 is more than the 128 training images, and cuda_graph=true leaves out the ragged"),
