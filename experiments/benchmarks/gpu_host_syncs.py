@@ -1,16 +1,18 @@
 """Host syncs in modelforge's training steps on a CUDA GPU, as torch's sync debug mode reports them.
 
-    python experiments/benchmarks/gpu_host_syncs.py [--data-dir DIR] [--steps 60] [override ...]
+    python experiments/benchmarks/gpu_host_syncs.py [--data-dir DIR] [--steps 60] [--every 20] [override ...]
 
 A sync makes the host wait until the GPU has run everything queued so far, so the next step
 cannot be queued while this one runs: on a small model it is the difference between the GPU's
 time per step and the GPU's plus the host's. This runs ``train`` of the fast recipe (any extra
 override after the options) for ``--steps`` training batches with a callback that sets
-``torch.cuda.set_sync_debug_mode("warn")`` after the second batch and clears it when validation
-starts, and records each synchronizing operation with the code that called it (torch does not
-report waiting on an event, as the divergence guard does for the previous step's loss). The run logs
-nothing per step (``log_every_n_steps`` above the step count) and shows no bar: logging and a
-bar read metrics, which is a sync on purpose, a few times a second at most. Prints one JSON line:
+``torch.cuda.set_sync_debug_mode("warn")`` once warm-up is over (after batch ``WARMUP_STEPS``, the
+one a ``cuda_graph=true`` run captures: eager and captured runs count the same steps) and clears it
+when validation starts, and records each synchronizing operation with the code that called it
+(torch does not report waiting on an event, as the divergence guard does for the previous step's
+loss). ``--every`` is ``trainer.log_every_n_steps``: how often the step loss is logged and a
+captured run copies its divergence flag to the host, so both happen inside the counted steps and
+any sync they cost is counted. No bar. Prints one JSON line:
 ``{"steps_checked": N, "syncs": K, "where": [{"count": c, "stack": "..."}, ...]}``.
 """
 
@@ -31,6 +33,7 @@ import pytorch_lightning as pl
 import torch
 
 from modelforge.registry import CALLBACKS
+from modelforge.train.captured_step import WARMUP_STEPS
 
 SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's text (c10/cuda/CUDAFunctions.cpp)
 STACK_FRAMES = 6  # of the caller's stack, innermost last: enough to name the line in modelforge or Lightning
@@ -39,7 +42,7 @@ COUNTERS: list[HostSyncCounter] = []  # every counter a run built from its confi
 
 @CALLBACKS.register("bench_host_syncs")
 class HostSyncCounter(pl.Callback):
-    """Counts synchronizing CUDA operations from the end of the second training batch to validation."""
+    """Counts synchronizing CUDA operations from the end of warm-up (and a captured run's capture) to validation."""
 
     def __init__(self) -> None:
         self.stacks: collections.Counter[str] = collections.Counter()
@@ -50,7 +53,7 @@ class HostSyncCounter(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if batch_idx == 1 and not self._on:  # the first batches allocate and warm up: not the steady state
+        if batch_idx == WARMUP_STEPS and not self._on:  # warm-up and the capture allocate: not the steady state
             warnings.filterwarnings("always", message=SYNC_WARNING)
             self._show = warnings.showwarning  # whatever the run installed (e.g. logging's capture)
             warnings.showwarning = self._record
@@ -89,6 +92,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--every", type=int, default=20, help="trainer.log_every_n_steps (and the divergence copy's "
+                        "interval in a captured run)")
     parser.add_argument("overrides", nargs="*", help="more overrides of the train config, e.g. data.batch_size=512")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -102,7 +107,7 @@ def main() -> None:
 
     overrides = ["experiment=fast", "trainer.accelerator=gpu", "trainer.max_epochs=1",
                  f"trainer.limit_train_batches={args.steps}", "trainer.limit_val_batches=2",
-                 "trainer.limit_test_batches=2", f"trainer.log_every_n_steps={args.steps + 1}",
+                 "trainer.limit_test_batches=2", f"trainer.log_every_n_steps={args.every}",
                  "trainer.enable_progress_bar=false", "+callbacks.bench_host_syncs={}",
                  *([f"data.data_dir={args.data_dir}"] if args.data_dir else []), *args.overrides]
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+import tempfile
 from pathlib import Path
 
 NOTE = {
@@ -169,16 +170,15 @@ def _time_to_99(r: dict) -> list[str]:
 
 
 def _gpu(r: dict) -> list[str]:
-    rows = ["| run | exit | test/acc | train_time_s | whole command |", "|---|---:|---:|---:|---:|"]
+    """bench_gpu.py's session: every planned row in order, finished or not, with why."""
+    rows = ["| row | status | result | train_time_s | whole command |", "|---|---|---|---:|---:|"]
     for x in r["rows"]:
-        acc = f"{x['test_acc']:.4f}" if "test_acc" in x else ""
-        train = f"{x['train_time_s']:.2f} s" if "train_time_s" in x else ""
-        if "syncs" in x:
-            acc = f"{x['syncs']} syncs in {x['steps_checked']} steps"
-        jobs = "; ".join(f"{j['overrides']}: {j['status']}" + (f", test/acc {float(j['test_acc']):.4f}" if j["test_acc"] else "")
-                         for j in x.get("jobs", []))
-        rows.append(f"| {x['name']} | {x['exit']} | {acc or jobs} | {train} | {x['command_s']:.1f} s |")
-    lines = [*rows, ""]
+        train = f"{x['train_time_s']:.2f} s" if x.get("train_time_s") else ""
+        took = f"{x['command_s']:.1f} s" if "command_s" in x else ""
+        rows.append(f"| {x['name']} | {x.get('status', x.get('exit'))} | {_gpu_result(x)} | {train} | {took} |")
+    form = r.get("form", "gpu")
+    lines = [f"Device: {r['device']} (`trainer.accelerator={r['accelerator']}`, {form}); deadline "
+             f"{r.get('deadline_s', 0):.0f} s, session {r.get('status', '?')} after {r['seconds']:.0f} s.", "", *rows, ""]
     if r.get("ratios"):
         lines += ["| recipe | precision | side | train_time_s | raw loop | ratio to raw |", "|---|---|---|---:|---:|---:|",
                   *[f"| {q['recipe']} | {q['precision']} | {q['side']} | {q['train_time_s']:.2f} s | {q['raw_s']:.2f} s | "
@@ -191,14 +191,35 @@ def _gpu(r: dict) -> list[str]:
             lines.append(f"- {x['name']}: whole command {x['command_s']:.1f} s; the run's timings: "
                          + ", ".join(f"{k} {v}" for k, v in x["timings"].items())
                          + (f"; compile {x['compile']}" if "compile" in x else ""))
-    lines += ["", f"Device: {r['device']} (`trainer.accelerator={r['accelerator']}`). Commands:", "",
-              *[f"- {x['name']}: `{x['command']}`" for x in r["rows"]]]
+    lines += ["", "Commands:", "", *[f"- {x['name']}: `{x['command']}`" for x in r["rows"] if x.get("command")]]
     for x in r["rows"]:
-        if x["exit"] != 0:
-            lines += ["", f"{x['name']} exited {x['exit']}:", "", "```", x.get("error", ""), "```"]
+        if x.get("status") in ("failed", "timeout", "interrupted") and x.get("error"):
+            lines += ["", f"{x['name']} ({x['status']}, exit {x.get('exit')}):", "", "```", x["error"], "```"]
         if x.get("warnings"):
             lines += ["", f"{x['name']} printed warnings:", "", "```", *x["warnings"], "```"]
-    return [*lines, *_host_syncs(r.get("host_syncs") or [])]
+    return [*lines, *_host_syncs([x for x in r["rows"] if x.get("kind") == "syncs" and "syncs" in x])]
+
+
+def _gpu_result(x: dict) -> str:
+    """One row's figures in a few words."""
+    if x.get("status") in ("pending", "running", "not run"):
+        return x.get("why", "")
+    if x.get("kind") == "pair" and "match" in x:
+        return (f"{'match' if x['match'] else 'MISMATCH'}: steps {x['global_step']}, weights max diff "
+                f"{x['weights_max_abs_diff']:.2e}, test/loss rel diff {x['test_loss_rel_diff']:.2e}")
+    if x.get("kind") == "resume" and "steps" in x:
+        return "; ".join(f"{s['run']}: global_step {s['global_step']}, Adam's steps {s['optimizer_steps']}"
+                         for s in x["steps"])
+    if x.get("kind") == "refusal":
+        return " / ".join(x.get("refused", [])) or "not refused"
+    if x.get("kind") == "tests":
+        return x.get("summary", "")
+    if "syncs" in x:
+        return f"{x['syncs']} syncs in {x['steps_checked']} steps"
+    if x.get("jobs"):
+        return "; ".join(f"{j['overrides']}: {j['status']}" + (f", test/acc {float(j['test_acc']):.4f}"
+                                                              if j.get("test_acc") else "") for j in x["jobs"])
+    return f"test/acc {x['test_acc']:.4f}" if x.get("test_acc") is not None else ""
 
 
 def _host_syncs(checks: list[dict]) -> list[str]:
@@ -208,7 +229,7 @@ def _host_syncs(checks: list[dict]) -> list[str]:
     lines = ["", "| host syncs (torch.cuda.set_sync_debug_mode) | exit | steps checked | syncs |", "|---|---:|---:|---:|"]
     for x in checks:
         found = (str(x["steps_checked"]), str(x["syncs"])) if "syncs" in x else ("", x.get("skipped", "error"))
-        lines.append(f"| {x['name']} | {x['exit']} | {found[0]} | {found[1]} |")
+        lines.append(f"| {x['name']} | {x.get('exit')} | {found[0]} | {found[1]} |")
     for x in checks:
         lines += ["", f"- {x['name']}: `{x['command']}`"]
         for where in x.get("where", [])[:3]:
@@ -229,6 +250,22 @@ TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", 
           "gpu": ("The GPU path", _gpu)}
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` through a temp file beside it (fsync, rename): a kill leaves the old or the new
+    file, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_results(results_dir: Path, target: Path) -> str:
     lines = ["# Benchmark results", "",
              "Written by `python experiments/benchmarks/run.py` (see its docstring and README.md here).",
@@ -246,5 +283,5 @@ def write_results(results_dir: Path, target: Path) -> str:
     changes = target.parent / "CHANGES.md"  # hand-kept: each speed change with its before/after figure
     if changes.exists():
         lines += [changes.read_text().rstrip(), ""]
-    target.write_text("\n".join(lines))
+    write_atomic(target, "\n".join(lines))  # bench_gpu.py rewrites it after every row: a kill leaves the last one
     return "\n".join(lines)

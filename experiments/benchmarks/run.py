@@ -49,7 +49,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RESULTS_DIR = HERE / "results"
 sys.path.insert(0, str(HERE))
-from results_md import current_commit, write_results  # noqa: E402  (a sibling file, not a package)
+from bench_gpu import add_arguments as add_gpu_arguments  # noqa: E402
+from results_md import current_commit, write_atomic, write_results  # noqa: E402  (a sibling file, not a package)
 
 SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "build", "time_to_99", "gpu")
 ON_REQUEST = ("time_to_99", "gpu")  # long, or needing a GPU: only with --only
@@ -345,7 +346,15 @@ def gpu(args: argparse.Namespace) -> dict:
     from bench_gpu import measure
 
     groups = args.gpu_rows.split(",") if args.gpu_rows else None
-    return measure(args.data_dir, _env(), accelerator=args.accelerator, train_batches=args.train_batches, groups=groups)
+    header = {"mode": "quick" if args.quick else "full", "note": args.note, "commit": current_commit()}
+    return measure(args.results_dir, _env(), accelerator=args.accelerator, data_dir=args.data_dir,
+                   train_batches=args.train_batches, groups=groups, deadline_s=args.gpu_deadline_s,
+                   pair_steps=args.pair_steps, header=header, markdown=_markdown(args.results_dir))
+
+
+def _markdown(results_dir: Path) -> Path:
+    """RESULTS.md beside the benchmarks for their results folder; for another folder (a test's), in it."""
+    return HERE / "RESULTS.md" if results_dir.resolve() == RESULTS_DIR.resolve() else results_dir / "RESULTS.md"
 
 
 def main() -> None:
@@ -358,16 +367,18 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5, help="time_to_99: seeds 0..N-1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--accelerator", default="gpu", help="gpu: the accelerator of the gpu section "
-                        "(cpu with --train-batches 2 checks the section's plumbing)")
-    parser.add_argument("--gpu-rows", default=None, help="gpu: only these row groups, comma-separated (loop, compile, "
-                        "speedrun, main, ddp, sweep, syncs)")
+                        "(cpu: a quick check of the section's plumbing, 2 batches per stage)")
+    add_gpu_arguments(parser)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                        help="where the sections' JSON go (default: results/ here, and RESULTS.md beside it; "
+                             "another folder gets its own RESULTS.md)")
     parser.add_argument("--note", default="", help="conditions to record with the figures (e.g. 'idle machine')")
     parser.add_argument("--data-dir", default=os.environ.get("MODELFORGE_DATA"),
                         help="MNIST folder (default: $MODELFORGE_DATA, else modelforge's default)")
     args = parser.parse_args()
     args.repeats = args.repeats or (2 if args.quick else 3)
     chosen = args.only or [s for s in SECTIONS if s not in ON_REQUEST]
-    RESULTS_DIR.mkdir(exist_ok=True)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
     sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "dataread": dataread,
                 "startup": startup, "build": build, "time_to_99": time_to_99, "gpu": gpu}
     for name in chosen:
@@ -376,8 +387,8 @@ def main() -> None:
         result = sections[name](args)
         result.update(mode="quick" if args.quick else "full", note=args.note, commit=current_commit(),
                       seconds=round(time.perf_counter() - started, 1), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-        (RESULTS_DIR / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(write_results(RESULTS_DIR, HERE / "RESULTS.md"))
+        write_atomic(args.results_dir / f"{name}.json", json.dumps(result, indent=2) + "\n")  # never half a file
+    print(write_results(args.results_dir, _markdown(args.results_dir)))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,12 @@ def _averaging_callbacks(callbacks_cfg: Mapping[str, Any] | None) -> Iterator[tu
             yield name, cls, {**signature_defaults(cls), **options}
 
 
+def averaging_callbacks(callbacks_cfg: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(name, ``EMA`` or ``SWA``) of each weight-averaging callback a run config chose."""
+    return [(name, "EMA" if issubclass(cls, EMAWeightAveraging) else "SWA")
+            for name, cls, _ in _averaging_callbacks(callbacks_cfg)]
+
+
 def describe_averaging(config: Mapping[str, Any], model: nn.Module) -> tuple[list[str], dict[str, Any]]:
     """The log lines and the metrics.json entry (``averaging``, by callback name) of the run's weight averaging."""
     lines, record = [], {}

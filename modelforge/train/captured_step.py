@@ -25,58 +25,20 @@ algorithms, the optimizer makes its state), then the graph is captured on the ne
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import GradClipAlgorithmType
 from torch import Tensor, nn
-
-from modelforge.errors import ConfigError
 
 WARMUP_STEPS = 3
 CAPTURABLE = (torch.optim.Adam, torch.optim.AdamW)  # step count on the device; lr as a device tensor
 SUPPORTED = (*CAPTURABLE, torch.optim.SGD)  # SGD: no step count; fused, its lr read as a device tensor
-
-
-# Hook plugins whose hooks are tensor ops only (a replay runs them); the others run Python at every step.
-CAPTURABLE_PLUGINS = ("grad_clip",)
-
-
-def check_cuda_graph(config: Mapping[str, Any], plugins: Sequence[Any], optimizer: torch.optim.Optimizer) -> None:
-    """Refuse, before any work, what a captured step cannot replay: one line each, saying why."""
-    trainer = config.get("trainer") or {}
-
-    def refuse(why: str, hint: str) -> None:
-        raise ConfigError("cuda_graph", why, hint=hint)
-
-    if config.get("compile"):
-        refuse("cannot be combined with compile=true", "compile_mode=reduce-overhead captures compiled graphs instead")
-    for plugin in plugins:
-        if plugin.name not in CAPTURABLE_PLUGINS:
-            refuse(f"hook plugin {plugin.name!r} runs Python at every step, which a replayed graph leaves out",
-                   f"drop hooks.{plugin.name} or cuda_graph (plugins a graph can hold: {', '.join(CAPTURABLE_PLUGINS)})")
-    if str(trainer.get("precision")) in ("16-mixed", "16"):
-        refuse("float16 loss scaling checks for inf on the host at every step",
-               "trainer.precision=bf16-mixed (no scaler) or 32-true")
-    if (trainer.get("accumulate_grad_batches") or 1) != 1:
-        refuse(f"trainer.accumulate_grad_batches={trainer['accumulate_grad_batches']}: a captured step updates the "
-               "weights at every batch", "a larger data.batch_size instead")
-    devices, nodes = trainer.get("devices"), trainer.get("num_nodes") or 1
-    if nodes != 1 or isinstance(devices, int) and devices > 1 or isinstance(devices, (list, tuple)) and len(devices) > 1 \
-            or "ddp" in str(trainer.get("strategy") or ""):
-        refuse("a captured step trains on one GPU", "trainer.devices=1, or leave out cuda_graph for DDP")
-    if not isinstance(optimizer, SUPPORTED):
-        refuse(f"{type(optimizer).__name__} cannot step inside a CUDA graph with a scheduled learning rate",
-               f"optim._target_ one of {', '.join(f'torch.optim.{c.__name__}' for c in SUPPORTED)}")
-    sched = config.get("sched") or {}
-    cycles = "onecycle" in str(sched.get("_target_") or "").lower() and sched.get("cycle_momentum") is not False
-    has_momentum = not isinstance(optimizer, torch.optim.SGD) or any(g.get("momentum") for g in optimizer.param_groups)
-    if cycles and has_momentum:
-        what = "SGD's momentum" if isinstance(optimizer, torch.optim.SGD) else f"{type(optimizer).__name__}'s beta1"
-        refuse(f"one-cycle moves {what} at every step, and a replayed step keeps the value it was captured with "
-               "(torch's optimizers read it as a host number)",
-               "sched.cycle_momentum=false (as experiment=speedrun), or leave out cuda_graph")
+# The group flags this step sets (and a checkpoint gets back as the optimizer was built: resumable without a graph).
+DEVICE_FLAGS = ("capturable", "foreach", "fused")
 
 
 @dataclass(frozen=True)
@@ -84,16 +46,29 @@ class StepSpec:
     """What the captured step computes besides forward and backward."""
 
     autocast_dtype: torch.dtype | None = None  # bf16-mixed: torch.bfloat16
-    clip_value: float | None = None  # trainer.gradient_clip_val
+    clip_value: float | None = None  # trainer.gradient_clip_val; None: no clipping
     clip_algorithm: str = "norm"  # trainer.gradient_clip_algorithm: norm or value
     max_loss: float | None = None  # divergence.max_loss: a larger (or non-finite) loss marks the step bad
+
+    @classmethod
+    def of_trainer(cls, trainer: pl.Trainer, max_loss: float | None = None) -> StepSpec:
+        """What Lightning's own step would do under ``trainer``: autocast for bf16-mixed, and its clipping rule
+        (a value <= 0 or None clips nothing; the algorithm is Lightning's ``GradClipAlgorithmType``, whose
+        ``str()`` is ``'GradClipAlgorithmType.VALUE'``: compared by value, never by its string)."""
+        clip = trainer.gradient_clip_val
+        algorithm = GradClipAlgorithmType(trainer.gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+        return cls(autocast_dtype=torch.bfloat16 if str(trainer.precision) == "bf16-mixed" else None,
+                   clip_value=float(clip) if clip is not None and clip > 0 else None,
+                   clip_algorithm=algorithm.value, max_loss=max_loss)
 
 
 class CapturedStep:
     """The training step of ``model`` under ``loss_fn`` and ``optimizer``, captured on first use after warm-up.
 
     ``capture=False`` runs the same step eagerly each time, through the same buffers and device-side sums: what the
-    tests check on a CPU (capture itself needs CUDA), and what a replay computes.
+    tests check on a CPU (capture itself needs CUDA), and what a replay computes. The optimizer gets the flags a
+    capture needs wherever torch takes them: fused SGD with a tensor lr on any device, capturable Adam on CUDA only
+    (torch 2.13 refuses it on a CPU, where Adam reads the tensor lr on its single-tensor path).
     """
 
     def __init__(self, model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], optimizer: torch.optim.Optimizer,
@@ -118,18 +93,31 @@ class CapturedStep:
         # Hyperparameters a schedule moves, as device tensors the optimizer reads while captured.
         self._lr = [torch.tensor(float(g["lr"]), dtype=torch.float32, **zeros) for g in optimizer.param_groups]
         self._pending: tuple[Tensor, torch.cuda.Event] | None = None  # an async copy of (bad_step, bad_loss)
-        if self.capture:
-            self._make_capturable()
+        self._built_flags = [{k: g.get(k) for k in DEVICE_FLAGS} for g in optimizer.param_groups]
+        self._use_device_flags()
 
-    def _make_capturable(self) -> None:
+    def _use_device_flags(self) -> None:
+        capturable = self.device.type == "cuda"  # torch 2.13 takes capturable=True on no CPU
         for group in self.optimizer.param_groups:
-            if isinstance(self.optimizer, CAPTURABLE):
+            if not isinstance(self.optimizer, CAPTURABLE):  # SGD: its foreach path reads a tensor lr as a host
+                group["foreach"], group["fused"] = False, True  # number (a sync); the fused kernel reads it
+            elif capturable:
                 group["capturable"] = True  # step counts on the device, and a tensor lr read there
-            else:  # SGD: its foreach path reads a tensor lr as a host number (a sync); the fused kernel reads it
-                group["foreach"], group["fused"] = False, True
         for state in self.optimizer.state.values():  # a resumed run's step counts were saved on the CPU
-            if isinstance(state.get("step"), Tensor):
+            if capturable and isinstance(state.get("step"), Tensor):
                 state["step"] = state["step"].to(self.device, dtype=torch.float32)
+
+    def portable_state(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """``optimizer.state_dict()`` as a plain optimizer saves itself (its flags as built, step counts on the
+        CPU), so that a run resumes from it with or without a graph. A new dict: torch's state_dict hands out the
+        optimizer's own per-parameter dicts, and a live step count replaced there would leave the graph
+        incrementing one the optimizer no longer holds."""
+        built = self._built_flags + [{}] * (len(saved["param_groups"]) - len(self._built_flags))
+        groups = [{**group, **flags} for group, flags in zip(saved["param_groups"], built)]
+        state = {key: {name: value.detach().to("cpu", copy=True) if name == "step" and isinstance(value, Tensor)
+                       else value for name, value in per_param.items()}
+                 for key, per_param in saved["state"].items()}
+        return {**saved, "state": state, "param_groups": groups}
 
     @contextlib.contextmanager
     def _device_hyperparameters(self) -> Iterator[None]:

@@ -12,9 +12,11 @@ rest: past it torch runs that call eagerly instead of compiling again.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,6 +42,55 @@ def check_compile_options(backend: str, mode: str | None) -> None:
                           hint="leave compile_mode unset, or compile_backend=inductor")
     if mode not in (modes := list(list_mode_options())):
         raise UnknownNameError("compile mode", mode, modes, path="compile_mode")
+
+
+def check_compile(config: Mapping[str, Any]) -> None:
+    """The compile options of a typed run config (``trainer.accelerator`` resolved), before any work: names torch
+    has; the ``cudagraphs`` backend only on a CUDA GPU (elsewhere it captures nothing, and torch prints a warning
+    block per graph); and, for ``compile=true`` with inductor, the compilers its generated code needs."""
+    backend, mode = config["compile_backend"], config["compile_mode"]
+    check_compile_options(backend, mode)
+    if not config.get("compile"):
+        return
+    accelerator = str((config.get("trainer") or {}).get("accelerator") or "cpu")
+    if backend == "cudagraphs" and accelerator != "gpu":
+        raise ConfigError("compile_backend", f"'cudagraphs' captures CUDA graphs, and this run trains on {accelerator}",
+                          allowed=[b for b in BACKENDS if b != "cudagraphs"],
+                          hint="compile_backend=inductor (the default) compiles for any device")
+    if backend == "inductor":
+        check_compilers(accelerator)
+
+
+def check_compilers(accelerator: str) -> None:
+    """Inductor builds C++ (and, on a GPU, Triton builds C launchers) while the first step runs: a missing compiler
+    there is a traceback minutes in. Probed now with torch's and Triton's own lookups (``g++ --version``: ms)."""
+    from torch._inductor import cpp_builder, exc
+
+    way_out = "compile=false trains the same model uncompiled"
+    try:
+        cpp_builder.get_cpp_compiler()
+    except (exc.InvalidCxxCompiler, OSError) as error:
+        from torch._inductor import config as inductor_config
+
+        searched = [c for c in inductor_config.cpp.cxx if c] if isinstance(inductor_config.cpp.cxx, (list, tuple)) \
+            else [inductor_config.cpp.cxx]
+        raise ConfigError("compile", f"torch.compile's inductor backend needs a C++ compiler, and none runs here "
+                          f"(searched: {', '.join(map(str, searched))} on PATH; {error})",
+                          hint=f"{way_out}; or install g++, or name one in the CXX environment variable") from None
+    if accelerator == "gpu":
+        get_cc = getattr(_optional_module("triton.runtime.build"), "get_cc", None)
+        try:
+            get_cc() if get_cc is not None else None
+        except RuntimeError as error:
+            raise ConfigError("compile", f"Triton, which inductor uses on a GPU, needs a C compiler: {error}",
+                              hint=f"{way_out}; or install gcc, or name one in the CC environment variable") from None
+
+
+def _optional_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def compile_for_training(model: nn.Module, backend: str = "inductor", mode: str | None = None) -> None:

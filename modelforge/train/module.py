@@ -92,12 +92,8 @@ class ClassifierModule(pl.LightningModule):
         self._check_divergence()
         ResumeState.save(self.trainer, checkpoint)  # RNG and shuffle position
         if self._captured is not None:  # resumable without a CUDA graph too: as a plain optimizer saves itself
-            for state in checkpoint.get("optimizer_states", []):
-                for group in state.get("param_groups", []):
-                    group["capturable"] = False
-                for per_param in state.get("state", {}).values():
-                    if isinstance(per_param.get("step"), Tensor):
-                        per_param["step"] = per_param["step"].cpu()
+            checkpoint["optimizer_states"] = [self._captured.portable_state(state)
+                                              for state in checkpoint.get("optimizer_states", [])]
 
     def _check_divergence(self) -> None:
         self.divergence.check_pending(self.trainer)
@@ -197,6 +193,10 @@ class ClassifierModule(pl.LightningModule):
                 self.log("train/loss", mean, logger=False, sync_dist=True)  # what monitor=train/loss reads
             else:
                 self.log(f"{stage}/loss", mean, prog_bar=True, sync_dist=True)
+                # Weights the last training step made NaN (float16 Adam: eps is 0 there) show only here: a run
+                # that ends must not call such figures finished. One host read an evaluation epoch.
+                if not math.isfinite(value := float(mean)):
+                    self.divergence.raise_if_bad(value, self.trainer, self.global_step, self.current_epoch)
         self._update_accuracy(stage)
         accuracy = self.acc[f"{stage}_acc"]
         if accuracy_value is not None:
@@ -234,11 +234,7 @@ class ClassifierModule(pl.LightningModule):
             log.info("cuda_graph=true: this run trains on %s, not a CUDA GPU: its steps run eagerly", self.device.type)
             return
         trainer = self.trainer
-        precision = str(trainer.precision)
-        spec = StepSpec(autocast_dtype=torch.bfloat16 if precision == "bf16-mixed" else None,
-                        clip_value=trainer.gradient_clip_val, clip_algorithm=str(trainer.gradient_clip_algorithm
-                                                                                 or "norm"),
-                        max_loss=self.divergence.max_loss)
+        spec = StepSpec.of_trainer(trainer, max_loss=self.divergence.max_loss)
         optimizer = self.optimizers().optimizer  # the torch optimizer under Lightning's wrapper
         self._captured = CapturedStep(self, self.loss, optimizer, spec, first_step=self.global_step,
                                       capture=capture, check_every=trainer.log_every_n_steps)

@@ -279,6 +279,11 @@ def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, 
     return factory, options, lightning
 
 
+def lightning_settings(sched_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Lightning's lr_scheduler settings of ``sched_cfg`` (interval, frequency, monitor), defaults filled in."""
+    return _sched_options(sched_cfg)[2]
+
+
 def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None,
                    model: nn.Module | None = None) -> None:
     """Check both configs before any work starts, by building them over ``model`` (its param_groups'

@@ -34,8 +34,8 @@ from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.train.callbacks import build_callbacks, check_loggers
-from modelforge.train.captured_step import check_cuda_graph
-from modelforge.train.compiled import check_compile_options
+from modelforge.train.compiled import check_compile
+from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
 from modelforge.train.optim import build_optimizer, validate_optim
 from modelforge.train.stopping import divergence_bound
 from modelforge.train.trainer import (
@@ -101,15 +101,17 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     transfer = apply_transfer(plain, network, resuming=ckpt_path is not None)
     validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
+    if plain["cuda_graph"]:  # before Lightning's checks: devices=-1 or "0,1" is refused for what it asks, anywhere
+        check_one_device(plain.get("trainer") or {})
     check_trainer_options(plain.get("trainer") or {})
     # What `auto` and a null precision pick here, in config.yaml and the checkpoints: eval tests as the run did.
     plain["trainer"] = {**(plain.get("trainer") or {}), **resolved_device(plain.get("trainer") or {})}
     check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     divergence_bound(plain)
-    check_compile_options(plain["compile_backend"], plain["compile_mode"])
+    check_compile(plain)
     if plain["cuda_graph"]:
-        check_cuda_graph(plain, plugins, build_optimizer(network, plain.get("optim") or {}))
+        check_cuda_graph(plain, plugins, build_optimizer(network, plain.get("optim") or {}), datamodule)
     return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
                      channels_last=plain["channels_last"], compile=plain["compile"], ckpt_path=ckpt_path,
                      transfer=transfer, compile_backend=plain["compile_backend"], compile_mode=plain["compile_mode"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import re
 import typing
 import warnings
 from collections.abc import Mapping, Sequence
@@ -182,13 +183,27 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             built = cls(**{**options, **quiet})
-    except (MisconfigurationException, ValueError) as exc:
-        raise lightning_refusal(exc) from None
+    except (MisconfigurationException, ValueError, TypeError) as exc:  # TypeError: devices=-1 on a CPU
+        raise lightning_refusal(exc, options) from None
     finally:
         lightning_log.setLevel(level)
     launch.check_layout(built.num_devices, built.num_nodes)  # under torchrun or srun: the processes it started
 
 
-def lightning_refusal(exc: Exception) -> ConfigError:
-    """Lightning's word on the ``trainer.*`` values, as modelforge's error."""
-    return ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got")
+# What Lightning takes as trainer.devices, by accelerator (its parse_devices): said with its refusal.
+DEVICES_ALLOWED = {"cpu": "auto, or a number of processes >= 1 (trainer.devices=1)",
+                   "gpu": "auto, a number of GPUs >= 1, -1 for all, or GPU indices: [0,1] or '0,1'"}
+
+
+def lightning_refusal(exc: Exception, options: Mapping[str, Any] | None = None) -> ConfigError:
+    """Lightning's word on the ``trainer.*`` values, as modelforge's error: under the key its message names (in
+    backticks first: ```devices` selected with `CPUAccelerator` ...``), when the config has that key."""
+    options = options or {}
+    names = [*re.findall(r"`(\w+)`", str(exc)), *re.findall(r"\w+", str(exc))]
+    named = next((name for name in names if name in options), None)
+    if named is None:
+        return ConfigError("trainer", str(exc), hint="`--cfg job` prints the trainer options this run got")
+    allowed = None
+    if named == "devices":
+        allowed = DEVICES_ALLOWED.get(resolved_device(options)["accelerator"])
+    return ConfigError(f"trainer.{named}", f"{options[named]!r} refused by Lightning: {exc}", allowed=allowed)

@@ -4,6 +4,9 @@ eagerly), one graph for full batches and one for the ragged last batch, whatever
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +57,31 @@ def test_the_fast_recipe_compiles_with_inductor_and_finishes(run_main, tmp_path:
     assert result.returncode == 0, result.stderr[-2000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["compile"]["graphs"] == 1 and metrics["test/acc"] > 0.5  # 50 full batches: no ragged one
+
+
+def test_the_cudagraphs_backend_on_a_cpu_is_refused_in_one_error(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
+    # It captured nothing there, and torch printed a "skipping cudagraphs due to cpu device" block per graph.
+    result = run_main("train", "compile=true", "compile_backend=cudagraphs", *tiny_cli_args(tiny_mnist),
+                      f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "skipping cudagraphs" not in result.stderr
+    assert "error: compile_backend: 'cudagraphs' captures CUDA graphs, and this run trains on cpu" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_compile_without_a_cpp_compiler_is_refused_before_the_run(tiny_mnist: Path, tmp_path: Path) -> None:
+    """A real process whose PATH holds no compiler (and no CXX): one error naming what is missing and the way out,
+    exit 2, before any work (inductor failed with InvalidCxxCompiler at the first training step)."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("CXX", "CC")}
+    result = subprocess.run([sys.executable, "-m", "modelforge", "train", "compile=true", "model=mlp",
+                             *tiny_cli_args(tiny_mnist), f"hydra.run.dir={tmp_path / 'run'}"],
+                            env={**env, "PATH": str(empty), "HYDRA_FULL_ERROR": "0"}, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: compile: torch.compile's inductor backend needs a C++ compiler, and none runs here "
+                      "(searched: g++ on PATH; No working C++ compiler found in torch._inductor.config.cpp.cxx: "
+                      "(None, 'g++'))"]
+    assert "hint: compile=false trains the same model uncompiled" in result.stderr
+    assert not (tmp_path / "run").exists()

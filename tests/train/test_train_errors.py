@@ -88,7 +88,8 @@ def test_wrong_checksum_with_verification_on(tiny_mnist: Path, tmp_path: Path) -
         (["trainer.strategy=dpp"], ConfigError, r"(?s)trainer.strategy: unknown strategy 'dpp'.*did you mean 'ddp'"),
         (["trainer.accelerator=cpus"], ConfigError, r"(?s)trainer.accelerator: unknown accelerator 'cpus'.*did you mean 'cpu'"),
         (["trainer.accelerator=cpu", "trainer.devices=0"], ConfigError,
-         r"trainer: `Trainer\(devices=0\)` value is not a valid input using cpu accelerator"),
+         r"trainer.devices: 0 refused by Lightning: `Trainer\(devices=0\)` value is not a valid input using cpu "
+         r"accelerator"),
         pytest.param(["trainer=ddp", "trainer.accelerator=gpu"], ConfigError, r"trainer.accelerator: 'gpu' asked for, but this machine has no CUDA GPU",
                      marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
     ],

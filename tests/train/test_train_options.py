@@ -107,13 +107,16 @@ def test_cli_eval_uses_the_data_settings_the_model_was_trained_with(run_main, ti
 
 
 @pytest.mark.parametrize("option, says", [
-    ("trainer.max_epochs=-5", "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
-    ("trainer.limit_train_batches=-2", "invalid value -2 for limit_train_batches"),
+    # under the key Lightning's message names
+    ("trainer.max_epochs=-5", "error: trainer.max_epochs: -5 refused by Lightning: `max_epochs` must be a "
+                              "non-negative integer or -1. You passed in -5."),
+    ("trainer.limit_train_batches=-2", "error: trainer.limit_train_batches: -2 refused by Lightning: You have passed "
+                                       "invalid value -2 for limit_train_batches"),
 ])
 def test_a_value_lightning_refuses_stops_before_the_run_directory_exists(option: str, says: str, run_main,
                                                                          tiny_mnist: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = run_main("train", option, *tiny_cli_args(tiny_mnist), f"hydra.run.dir={run}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "error: trainer: " in result.stderr and says in result.stderr
+    assert says in result.stderr
     assert not run.exists()
