@@ -160,13 +160,18 @@ def installed(env: Path) -> dict:
         return {}
 
 
+def up_to_date(env: Path, extras: tuple[str, ...]) -> bool:
+    """The environment holds this checkout's install of this pyproject.toml with ``extras`` (and so a torch)."""
+    record = installed(env)
+    return record.get("pyproject") == pyproject_digest() and record.get("root") == str(ROOT) \
+        and set(extras) <= set(record.get("extras", []))
+
+
 def install_project(python: Path, env: Path, extras: tuple[str, ...]) -> None:
     """The project, editable, with ``extras``; skipped when this pyproject.toml's install already has them."""
-    record = installed(env)
-    wanted = set(extras) | set(record.get("extras", []))  # a new pyproject.toml keeps what was installed
-    if record.get("pyproject") == pyproject_digest() and record.get("root") == str(ROOT) \
-            and set(extras) <= set(record.get("extras", [])):
+    if up_to_date(env, extras):
         return
+    wanted = set(extras) | set(installed(env).get("extras", []))  # a new pyproject.toml keeps what was installed
     spec = "." + (f"[{','.join(sorted(wanted))}]" if wanted else "")
     say(f"installing modelforge from {ROOT} ({spec}, editable)")
     # compat mode: Hydra finds the Optuna sweeper by walking the hydra_plugins folder, which the default (strict)
@@ -206,8 +211,9 @@ def main(argv: list[str]) -> int:
     env = environment_dir()
     try:
         python = make_environment(env)
-        install_torch(python)
-        install_project(python, env, extras)
+        if not up_to_date(env, extras):  # else straight to the command: no import of torch to check it
+            install_torch(python)
+            install_project(python, env, extras)
     except SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
