@@ -1,25 +1,35 @@
-"""Run every `python -m modelforge` command of README.md as written, so that a README edit cannot rot silently.
+"""Run every command and Python block of the README and the documentation's pages as written, so that no page rots.
 
     MODELFORGE_DATA=/path/to/mnist python experiments/readme_commands.py [--only TEXT] [--keep]
 
-Commands are taken from README.md's fenced code blocks (`\\` continuations joined) and run in README order, as
-real processes, from one fresh temporary directory that stands for where the user stands. The things the README
-names but does not make (RUN, my_digits/, scans/*.jpg, my_idx_folder, the user project under configs/ and
-my_blocks/) are made first, from what the README itself says: see PLACEHOLDERS. Trainings are shortened with
-`trainer.limit_*_batches=2` and searches to two trials (SHORTENING; each shortened command says so). A command
-shown as `$ python -m modelforge ...` followed by `error: ...` must exit 2 and print those lines; every other
-command must exit 0, a `# Total params: N` comment must be in what it prints, and so must the first two words of
-each `# ...` output line the README shows under it. Commands this machine cannot
-run are listed as skipped with the reason (SKIPS), never dropped. Exit status: 0 when every command agrees.
+The pages are README.md and docs/*.md, in the order of the site's table of contents. Their fenced blocks are read by
+language, and run in page order as real processes, from one fresh temporary directory that stands for where the
+user stands:
+
+- ``bash``: each line (``\\`` continuations joined) is a command. ``python -m modelforge``, ``torchrun`` and ``srun``
+  commands run; every other line must be one that NOT_RUN knows, and is listed with its reason.
+- ``console``: a transcript, ``$ command`` and what it printed. A transcript whose first printed line is ``error:``
+  must exit 2 and print those lines; the transcripts of docs/errors.md need the set-ups its tests make, and are
+  pinned by those tests.
+- ``python``: the block runs as a script and must exit 0; the first word of a ``print(...)  # comment`` must be in
+  what it prints.
+
+The things the pages name but do not make (RUN, my_digits/, scans/*.jpg, my_idx_folder, the user project under
+configs/ and my_blocks/) are made first, from what the pages say: see PLACEHOLDERS. Trainings are shortened to
+``trainer.limit_*_batches=2`` and searches to two trials (SHORTENING; each shortened command says so). A command
+must exit 0 unless it shows an ``error:``; a ``# Total params: N`` comment must be in what it prints, and so must
+the first two words of each ``# ...`` output line shown under it. The included records of experiments/ are not
+run: their commands are the full trainings that were measured. Exit status: 0 when every command agrees, 1 when
+one does not, 2 for bad input, 128 + the signal when stopped (the running command's processes are killed).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gzip
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -27,77 +37,27 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from page_commands import (  # noqa: E402 - a sibling file, not a package; re-exported for the tests
+    NOT_RUN,
+    REPO,
+    Command,
+    extract,
+    fenced_blocks,
+    not_run_reason,
+    pages,
+    paths_read,
+    paths_written,
+    project_files,
+    unknown,
+)
+
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-
-
-@dataclass
-class Command:
-    """One command of the README: its text as written, where it is, and what the README says it prints."""
-
-    line: int
-    text: str
-    error_lines: list[str] = field(default_factory=list)  # the README's `error:` line and its details, if any
-    shown: list[str] = field(default_factory=list)  # `# ...` lines under it: what it prints, figures aside
-
-    @property
-    def argv(self) -> list[str]:
-        return shlex.split(self.text, comments=True)
-
-    @property
-    def expected_exit(self) -> int:
-        return 2 if self.error_lines else 0
-
-    @property
-    def comment(self) -> str:
-        """The README's comment after the command (`  # Total params: ...`), '' when none."""
-        match = re.search(r"\s#\s*(.*)$", self.text)
-        return match.group(1) if match else ""
-
-
-def extract(readme: Path = README) -> list[Command]:
-    """Every modelforge command (and torchrun/srun launch of one) in the README's fenced code blocks."""
-    commands: list[Command] = []
-    lines = readme.read_text().splitlines()
-    inside = False
-    index = 0
-    while index < len(lines):
-        raw = lines[index]
-        if raw.startswith("```"):
-            inside = not inside
-            index += 1
-            continue
-        if not inside:
-            index += 1
-            continue
-        start = index
-        text = raw.strip()
-        while text.endswith("\\") and index + 1 < len(lines):  # a continued command is one command
-            index += 1
-            text = text[:-1].rstrip() + " " + lines[index].strip()
-        index += 1
-        prompt = text.startswith("$ ")
-        text = text[2:] if prompt else text
-        if "<command>" in text or not re.match(r"(python -m modelforge|torchrun|srun) ", text):
-            continue
-        command = Command(line=start + 1, text=text)
-        if prompt:  # the printed lines follow, up to a blank line or the block's end
-            shown = []
-            while index < len(lines) and lines[index].strip() and not lines[index].startswith(("```", "$ ")):
-                shown.append(lines[index].rstrip())
-                index += 1
-            if shown and shown[0].startswith("error:"):
-                command.error_lines = [line for line in shown if "..." not in line]
-        else:
-            while index < len(lines) and lines[index].startswith("# "):
-                command.shown.append(lines[index][2:].strip())
-                index += 1
-        commands.append(command)
-    return commands
+__all__ = ["NOT_RUN", "REPO", "Command", "extract", "fenced_blocks", "not_run_reason", "pages", "paths_read",
+           "paths_written", "project_files", "unknown"]
 
 
 # Commands this machine cannot run, by a pattern of their text, with the reason printed beside them.
@@ -112,7 +72,7 @@ def skip_reason(command: Command) -> str | None:
     return None
 
 
-# Trainings run in seconds: these values replace or join a training command's own (the README's values stay
+# Trainings run in seconds: these values replace or join a training command's own (the pages' values stay
 # everywhere else). A command that sets fast_dev_run already runs one batch of each stage.
 SHORTENING = {
     "trainer.limit_train_batches": "2",
@@ -143,7 +103,16 @@ def shortened(argv: list[str]) -> tuple[list[str], list[str]]:
     return out, changes
 
 
-# --- the placeholders: what the README names but leaves to the user, made here from what the README says ---
+def shortened_python(code: str) -> tuple[str, list[str]]:
+    """A Python block that composes a training config gets SHORTENING's trainer limits first in its overrides."""
+    match = re.search(r"compose\(\s*\"train\",\s*overrides=\[", code)
+    if not match:
+        return code, []
+    limits = [f"{key}={value}" for key, value in SHORTENING.items() if key.startswith("trainer.")]
+    return code[:match.end()] + "".join(f'"{limit}", ' for limit in limits) + code[match.end():], limits
+
+
+# --- the placeholders: what the pages name but leave to the user, made here from what the pages say ---
 
 def _mnist_images(count: int) -> list:
     """The first `count` MNIST test images, as PIL images."""
@@ -160,12 +129,12 @@ def _data_dir() -> Path:
 
 
 class PlaceholderError(Exception):
-    """What the README leaves to the user could not be made: the commands would fail for that reason, not theirs."""
+    """What the pages leave to the user could not be made: the commands would fail for that reason, not theirs."""
 
 
 def make_run(work: Path) -> None:
-    """RUN: a run directory of the README's main job (shortened), named RUN where the user stands."""
-    argv = [sys.executable, "-m", "modelforge", "train", "model=cnn", "enc_sizes=[32,64]",
+    """RUN: a run directory of the main job (shortened), named RUN where the user stands."""
+    argv = [sys.executable, "-m", "modelforge", "train",
             *(f"{key}={value}" for key, value in SHORTENING.items() if key.startswith("trainer.")),
             f"hydra.run.dir={work / 'RUN'}"]
     done = run_process(argv, cwd=work)
@@ -196,12 +165,12 @@ def make_idx_folder(work: Path) -> None:
 
 
 def make_user_project(work: Path) -> None:
-    """configs/ and my_blocks/: the files README "Your own models and configs" shows, then `pip install ./my_blocks`.
+    """configs/ and my_blocks/: the files of "Your own project", then `pip install ./my_blocks`.
 
     The install goes into a folder put on PYTHONPATH (see environment()) rather than into this environment, so
-    running the README leaves the environment as it was; entry points are found there the same way.
+    running the pages leaves the environment as it was; entry points are found there the same way.
     """
-    for relative, text in readme_files().items():
+    for relative, text in project_files().items():
         path = work / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -210,30 +179,6 @@ def make_user_project(work: Path) -> None:
     if done.returncode != 0:
         raise PlaceholderError(f"pip install ./my_blocks exited {done.returncode}: "
                                f"{(done.stderr.strip().splitlines() or [''])[-1]}")
-
-
-def readme_files() -> dict[str, str]:
-    """The user project's files: each fenced block whose introducing paragraph names its path (and ends in ':')."""
-    files = {}
-    paragraph: list[str] = []  # the last paragraph of prose, kept over the blank line before a block
-    body: list[str] | None = None  # inside a fenced block
-    blank = True
-    for line in README.read_text().splitlines():
-        if body is None and line.startswith("```"):
-            intro = " ".join(paragraph)
-            named = re.search(r"`((?:configs|my_blocks)/[\w/.]+)`", intro)
-            body, paragraph = [], []
-            path = named.group(1) if named and intro.rstrip().endswith(":") else None
-        elif body is not None and line.startswith("```"):
-            if path:
-                files[path] = "\n".join(body) + "\n"
-            body = None
-        elif body is not None:
-            body.append(line)
-        elif line.strip():
-            paragraph = [line] if blank else paragraph + [line]
-        blank = not line.strip()
-    return files
 
 
 # Each placeholder, the pattern that finds it in a command, and how it is made (before the first command runs).
@@ -245,27 +190,8 @@ PLACEHOLDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "configs/ and my_blocks/": (r"\bconfigs\b|\bmy_blocks\b", make_user_project),
 }
 
-# Paths the README's commands make themselves and later commands read (hydra.run.dir=runs/mnist, ...).
-MADE_BY_COMMANDS = ("runs/mnist",)
-
-# Keys whose values are paths a command reads, for the check that each is a placeholder or made earlier.
-READ_PATH_KEYS = ("ckpt_path=", "inputs=", "data.data_dir=", "init.from=", "--config-dir")
-
-
-def paths_read(command: Command) -> list[str]:
-    """The relative paths a command reads (not its outputs), as written."""
-    argv = command.argv
-    paths = []
-    for i, arg in enumerate(argv):
-        for key in READ_PATH_KEYS:
-            if arg == key and i + 1 < len(argv):
-                paths.append(argv[i + 1])
-            elif arg.startswith(key) and key.endswith("="):
-                paths.append(arg[len(key):])
-        if arg.startswith("model=") and arg.endswith(".yaml"):
-            paths.append(arg[len("model="):])
-    return [path for path in paths if not path.startswith(("$", "/"))]
-
+# Paths the pages' commands make themselves and later commands read (hydra.run.dir=outputs/runs/mnist, ...).
+MADE_BY_COMMANDS = ("outputs/runs/mnist",)
 
 def placeholder_of(path: str) -> str | None:
     """The placeholder (or earlier command) that makes `path`, None when nothing does."""
@@ -278,16 +204,15 @@ def placeholder_of(path: str) -> str | None:
     return None
 
 
-def plugin_install_line(readme: Path = README) -> int:
-    """The README line of `pip install ./my_blocks`: the user's plugin is installed for the commands after it."""
-    lines = readme.read_text().splitlines()
-    return next(i + 1 for i, line in enumerate(lines) if line.strip().startswith("pip install ./my_blocks"))
+def plugin_installed_after(commands: list[Command]) -> int:
+    """The index in `commands` of `pip install ./my_blocks`: the user's plugin is installed for those after it."""
+    return next(i for i, c in enumerate(commands) if c.text.startswith("pip install ./my_blocks"))
 
 
-def environment(work: Path, command: Command | None = None) -> dict[str, str]:
-    """The user's environment for a command: the plugin installed only from the README's `pip install` on."""
+def environment(work: Path, with_plugin: bool) -> dict[str, str]:
+    """The user's environment for a command: the plugin installed only from the pages' `pip install` on."""
     env = dict(os.environ)
-    if command is None or command.line > plugin_install_line():
+    if with_plugin:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / ".user_site"), env.get("PYTHONPATH")]))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
@@ -306,7 +231,7 @@ def resolved(argv: list[str], env: dict[str, str]) -> list[str]:
 @dataclass
 class Outcome:
     command: Command
-    got: int | None  # None: skipped
+    got: int | None  # None: not run (skipped, or not a command this script runs)
     seconds: float = 0.0
     note: str = ""
 
@@ -314,6 +239,8 @@ class Outcome:
     def agrees(self) -> bool:
         return self.got is None or (self.got == self.command.expected_exit and not self.note.startswith("but"))
 
+
+# --- processes: each command in a process group of its own, which never outlives this script ---
 
 class Stopped(Exception):
     """SIGTERM or SIGINT reached the script: the running command's process group is killed on the way out."""
@@ -324,31 +251,77 @@ class Stopped(Exception):
 
 
 def _stop(signum: int, _frame: object) -> None:
+    # The first signal stops the script; any later one (Ctrl-C pressed again) is ignored, so that the clean-up it
+    # started (killing the command's processes, removing the working directory) runs once and to its end.
+    for other in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(other, signal.SIG_IGN)
     raise Stopped(signum)
 
 
-def run_process(argv: list[str], timeout: float | None = None, **options: object) -> subprocess.CompletedProcess:
-    """subprocess.run in a process group of its own, killed whole (a sweep's jobs, torchrun's ranks) on a timeout or
-    when the script is stopped, so that nothing it started outlives it."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            start_new_session=True, **options)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+# The process between this script and a command: the leader of the command's process group. When this script
+# dies, however it dies (a SIGKILL included), the kernel sends the guard SIGTERM (PR_SET_PDEATHSIG), and the guard
+# kills the whole group: the command and whatever it started (a sweep's jobs, torchrun's ranks).
+GUARD = """
+import os, signal, subprocess, sys
+def end(*_):
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, end)
+if os.getppid() != int(sys.argv[1]):  # the script died before the guard could be told of it
+    end()
+code = subprocess.call(sys.argv[2:])
+if code < 0:  # killed by a signal: die by the same one, so that the script sees what the command got
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
+def _die_with_parent() -> None:
+    """In the guard's process, before it runs: SIGTERM when this script's process ends (Linux)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def run_process(argv: list[str], timeout: float | None = None, stdin: str | None = None,
+                **options: object) -> subprocess.CompletedProcess:
+    """subprocess.run in a process group of its own, led by GUARD: the group is killed whole on a timeout, when the
+    script is stopped, and when the script dies."""
+    guarded = [sys.executable, "-c", GUARD, str(os.getpid()), *argv]
+    proc = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, text=True,
+                            start_new_session=True, preexec_fn=_die_with_parent, **options)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(stdin, timeout=timeout)
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.communicate()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+# --- running the pages ---
+
 def run_one(command: Command, work: Path, env: dict[str, str], timeout: float) -> Outcome:
-    reason = skip_reason(command)
+    reason = not_run_reason(command) or skip_reason(command)
     if reason:
-        return Outcome(command, None, note=f"skipped: {reason}")
-    argv, changes = shortened(command.argv) if not command.error_lines else (command.argv, [])
+        return Outcome(command, None, note=f"not run: {reason}")
+    if command.text.startswith("pip install ./my_blocks"):
+        return Outcome(command, 0, note="made with the user project (into a folder on PYTHONPATH)")
+    code, changes = None, []
+    if command.kind == "python":
+        code, changes = shortened_python(command.text)
+        argv = [sys.executable, "-"]
+    else:
+        argv, changes = shortened(command.argv) if not command.error_lines else (command.argv, [])
+        argv = resolved(argv, env)
     start = time.perf_counter()
     try:
-        done = run_process(resolved(argv, env), timeout, cwd=work, env=env)
+        done = run_process(argv, timeout, stdin=code, cwd=work, env=env)
     except subprocess.TimeoutExpired:
         return Outcome(command, -1, time.perf_counter() - start, f"but ran past {timeout:.0f} s")
     seconds = time.perf_counter() - start
@@ -357,16 +330,26 @@ def run_one(command: Command, work: Path, env: dict[str, str], timeout: float) -
     params = re.search(r"Total params: [\d,]+", command.comment)
     # a shown line's first two words: its figures and paths differ from run to run
     unshown = [line for line in command.shown if " ".join(line.split()[:2]) not in done.stdout + done.stderr]
+    printed = [word for word in printed_words(command) if word not in done.stdout]
     if missing:
-        note = f"but the README's line {missing[0].strip()!r} is not in what it printed"
+        note = f"but the page's line {missing[0].strip()!r} is not in what it printed"
     elif unshown:
-        note = f"but the README's output line {unshown[0]!r} does not start a line it printed"
+        note = f"but the page's output line {unshown[0]!r} does not start a line it printed"
     elif params and params.group(0) not in done.stdout:
-        note = f"but {params.group(0)!r} (the README's comment) is not in what it printed"
+        note = f"but {params.group(0)!r} (the page's comment) is not in what it printed"
+    elif printed:
+        note = f"but {printed[0]!r} (the page's comment on a print) is not in what it printed"
     if done.returncode != command.expected_exit or note.startswith("but"):
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-6:]
         note = "; ".join(filter(None, [note, " | ".join(tail)]))
     return Outcome(command, done.returncode, seconds, note)
+
+
+def printed_words(command: Command) -> list[str]:
+    """In a Python block, the first word of each `print(...)  # comment`: what the page says it prints."""
+    if command.kind != "python":
+        return []
+    return [m.group(1).rstrip(":,") for m in re.finditer(r"^print\(.*\)\s+#\s*(\S+)", command.text, re.M)]
 
 
 def main() -> int:
@@ -375,45 +358,51 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the working directory and print its path")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one command may take")
     args = parser.parse_args()
-    if "MODELFORGE_DATA" not in os.environ and not (REPO.parent / "shared" / "datasets" / "mnist").is_dir():
-        print("error: set MODELFORGE_DATA to a folder with real MNIST (the README's commands train on it)",
+    if "MODELFORGE_DATA" not in os.environ:
+        print("error: set MODELFORGE_DATA to a folder with real MNIST (the pages' commands train on it)",
               file=sys.stderr)
         return 2
-    commands = [c for c in extract() if not args.only or args.only in c.text]
-    work = Path(tempfile.mkdtemp(prefix="readme_commands_"))
-    os.environ.setdefault("MODELFORGE_DATA", str(REPO.parent / "shared" / "datasets" / "mnist"))
+    commands = extract()
+    plugin_at = plugin_installed_after(commands)
+    chosen = [(i, c) for i, c in enumerate(commands) if not args.only or args.only in c.text]
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
     outcomes: list[Outcome] = []
+    work: Path | None = None
     try:
-        for name, (_, make) in PLACEHOLDERS.items():  # all of them: some commands need one they do not name
+        work = Path(tempfile.mkdtemp(prefix="readme_commands_"))
+        for _, make in PLACEHOLDERS.values():  # all of them: some commands need one they do not name
             print(f"making {make.__doc__.splitlines()[0]}", flush=True)
             make(work)
-        for command in commands:
-            outcome = run_one(command, work, environment(work, command), args.timeout)
+        for index, command in chosen:
+            outcome = run_one(command, work, environment(work, index > plugin_at), args.timeout)
             outcomes.append(outcome)
-            got = "skip" if outcome.got is None else str(outcome.got)
-            mark = "ok " if outcome.agrees else "BAD"
-            print(f"{mark} README:{command.line:<5} expected {command.expected_exit} got {got:<4} "
-                  f"{outcome.seconds:6.1f} s  {command.text}" + (f"\n      {outcome.note}" if outcome.note else ""),
+            got = "-" if outcome.got is None else str(outcome.got)
+            mark = "-- " if outcome.got is None else "ok " if outcome.agrees else "BAD"
+            first_line = command.text.strip().splitlines()[0] + (" ..." if command.kind == "python" else "")
+            print(f"{mark} {command.where:<30} expected {command.expected_exit} got {got:<4} "
+                  f"{outcome.seconds:6.1f} s  {first_line}" + (f"\n      {outcome.note}" if outcome.note else ""),
                   flush=True)
     except Stopped as stop:
-        print(f"\nstopped by {stop}: the running command was killed; {len(outcomes)} of {len(commands)} commands ran",
-              file=sys.stderr)
+        print(f"\nstopped by {stop}: the running command was killed and the working directory removed; "
+              f"{len(outcomes)} of {len(chosen)} commands ran", file=sys.stderr)
         return 128 + stop.signum
     except PlaceholderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
-        if args.keep:
+        for signum in (signal.SIGTERM, signal.SIGINT):  # nothing interrupts the clean-up
+            signal.signal(signum, signal.SIG_IGN)
+        if work is not None and args.keep:
             print(f"working directory kept: {work}")
-        else:
+        elif work is not None:
             shutil.rmtree(work, ignore_errors=True)
     bad = [o for o in outcomes if not o.agrees]
-    skipped = sum(o.got is None for o in outcomes)
-    print(f"\n{len(outcomes)} commands: {len(outcomes) - len(bad) - skipped} as the README says, {skipped} skipped, "
-          f"{len(bad)} not as the README says")
+    not_run = sum(o.got is None for o in outcomes)
+    print(f"\n{len(outcomes)} commands and blocks: {len(outcomes) - len(bad) - not_run} as the pages say, "
+          f"{not_run} not run (each with its reason), {len(bad)} not as the pages say")
     return 1 if bad else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -42,7 +42,7 @@ from modelforge.registry import MODELS
 
 @counts_from_children
 class GraphModel(nn.Module):
-    """A model whose ``nodes`` (a :class:`Graph`) run in order on the input image."""
+    """A model whose ``nodes`` (a :class:`~modelforge.models.graph_build.Graph`) run in order on the input image."""
 
     def __init__(self, nodes: Graph, input_shape: tuple[int, ...]) -> None:
         super().__init__()

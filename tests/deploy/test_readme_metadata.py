@@ -1,4 +1,4 @@
-"""The README's block that reads an export's metadata with plain torch and onnxruntime runs as written (RUN
+"""The block of docs/deploy.md that reads an export's metadata with plain torch and onnxruntime runs as written (RUN
 pointing at a real run), without modelforge, and reads what modelforge wrote."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from tests.train.conftest import compose_train
 
 
 def readme_block(marker: str) -> str:
-    """The README's ```python block that holds ``marker``."""
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    """The ```python block of docs/deploy.md (the README's section until the docs site) that holds ``marker``."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "deploy.md").read_text(), re.S)
     found = [block for block in blocks if marker in block]
-    assert len(found) == 1, f"{len(found)} README python blocks hold {marker!r}"
+    assert len(found) == 1, f"{len(found)} python blocks of docs/deploy.md hold {marker!r}"
     return found[0]
 
 
@@ -40,7 +40,7 @@ def test_the_readme_reads_an_exports_metadata_with_plain_torch_and_onnxruntime(t
     scope: dict = {}
     with warnings.catch_warnings():  # torch's own notice, drawn by the README's torch.jit.load: the user's to see
         warnings.filterwarnings("ignore", message=r".*torch\.jit\.load. is deprecated", category=DeprecationWarning)
-        exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own code, run as written
+        exec(compile(code, "docs/deploy.md", "exec"), scope)  # noqa: S102 - the README's own code, run as written
     written = read_metadata(run / "checkpoints" / "last.onnx")
     assert scope["meta"] == written  # the ONNX file's, read last
     assert written["normalize"] == {"mean": [0.1307], "std": [0.3081]} and written["input_shape"] == [1, 28, 28]
