@@ -5,17 +5,14 @@ write (whose temp file's name would mean nothing to a user)."""
 from __future__ import annotations
 
 import errno
-import re
 import shutil
 from pathlib import Path
 
 from modelforge.errors import ModelforgeError
-from modelforge.files.atomic import DiskFullError
+from modelforge.files.atomic import TEMP_NAME, DiskFullError
 
 _UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
 _FULL = {errno.ENOSPC, errno.EDQUOT}
-# The temp file of an atomic write (files.atomic: tempfile.mkstemp(prefix=".NAME.", suffix=".tmp[.SUFFIX]")).
-_TEMP = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp(\.[^.]*)?")
 
 
 class UnwritableError(ModelforgeError, OSError):
@@ -35,7 +32,7 @@ class UnwritableError(ModelforgeError, OSError):
 def written_path(filename: str | Path) -> Path:
     """The file a write was making: the target of an atomic write's temp file, else ``filename`` itself."""
     path = Path(filename)
-    return path.with_name(match["name"]) if (match := _TEMP.fullmatch(path.name)) else path
+    return path.with_name(match["target"]) if (match := TEMP_NAME.fullmatch(path.name)) else path
 
 
 def write_fault(exc: BaseException, run_dir: Path,

@@ -1,5 +1,6 @@
-"""What the documented commands leave in a checkout (``hydra.run.dir=runs/mnist``, ``output=deploy/``,
-``summary.graph=graph.svg``, ...) is ignored by git, and source folders of the same names are not."""
+"""What the documented commands leave in a checkout (``hydra.run.dir=outputs/runs/mnist``,
+``output=outputs/deploy/``, ``summary.graph=outputs/graph.svg``, ...) is ignored by git, and source folders of
+the same names are not."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _documented_outputs() -> set[str]:
     for page in pages:
         for key, path in OUTPUT.findall(page.read_text(encoding="utf-8")):
             first = path.rstrip("./").split("/")[0]
-            if first and not first.split(".")[0].isupper() and first not in ("outputs", "multirun"):  # RUN, FILE.svg
+            if first and not first.split(".")[0].isupper():  # not a placeholder: RUN, FILE.svg
                 path = path.rstrip(".")
                 found.add(f"{path.rstrip('/')}/" if key.startswith("hydra.") else path)  # a run's directory
     return found
@@ -34,7 +35,8 @@ def _ignored(path: str) -> bool:
 @pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs a git checkout")
 def test_what_documented_commands_write_is_ignored_and_source_is_not() -> None:
     outputs = _documented_outputs()
-    assert {"runs/mnist/", "sweep4/", "deploy/", "graph.svg"} <= outputs  # the finder finds what the README runs
+    # the finder finds what the pages run
+    assert {"outputs/runs/mnist/", "outputs/deploy/", "outputs/graph.svg", "outputs/preds.csv"} <= outputs
     assert [path for path in sorted(outputs) if not _ignored(path)] == []
     for source in ("modelforge/deploy/load.py", "tests/deploy/test_load.py", "modelforge/train/run.py"):
         assert not _ignored(source), source
