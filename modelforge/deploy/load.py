@@ -22,6 +22,7 @@ from modelforge.build import build_model
 from modelforge.deploy.damage import zip_damage
 from modelforge.deploy.metadata import model_metadata
 from modelforge.errors import CheckpointError, DataError
+from modelforge.weights.safetensors_file import is_safetensors, read_safetensors_file
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ def load_checkpoint(path: str | Path, key: str = "ckpt_path") -> dict[str, Any]:
 def read_torch_file(path: str | Path, key: str = "ckpt_path") -> Any:
     """Whatever ``torch.save`` wrote at ``path``, read with ``weights_only=True``; a bad file is one CheckpointError."""
     ckpt_path = existing_file(path, key)
+    if is_safetensors(ckpt_path):  # tensors and a header of strings, read by the safetensors package
+        return read_safetensors_file(ckpt_path, key)
     try:
         with warnings.catch_warnings():
             # A file pickled with another protocol than torch's 2 (pickle.dump, torch.save(pickle_protocol=5))
