@@ -2,7 +2,8 @@
 files that are left out. No pixels are decoded here; each image's header is read, so that a file that is no image
 is named and skipped before any training.
 
-Two layouts: ``ROOT/<class>/**/<image>``, split here (seeded, stratified: each class in the same proportions), or
+Two layouts: ``ROOT/<class>/**/<image>``, split here (seeded, stratified: each class in the same proportions, at
+least one image of each class held out, at least one left to train on), or
 ``ROOT/train/<class>/...`` with ``val/`` and ``test/`` beside it (either may be missing: then held out of ``train``).
 """
 
@@ -77,7 +78,8 @@ def index_image_folder(root: Path, classes: Sequence[str] | None, val_size: floa
     train: list[Item] = []
     for label, items in enumerate(_by_class(read["train"], len(chosen))):
         order = torch.randperm(len(items), generator=generator).tolist()
-        n_val, n_test = (round(wanted[s] * len(items)) for s in ("val", "test"))
+        # At least one image of each class held out where asked (and one left to train on).
+        n_val, n_test = (max(round(wanted[s] * len(items)), 1 if wanted[s] > 0 else 0) for s in ("val", "test"))
         n_val, n_test = min(n_val, max(len(items) - 1, 0)), min(n_test, max(len(items) - 1 - n_val, 0))
         picked = [items[i] for i in order]
         held["val"] += picked[:n_val]
