@@ -168,3 +168,26 @@ def test_without_network_torchvision_weights_are_one_line_naming_the_url_and_the
     assert lines[0].endswith(f"): put that file at {tmp_path}/torch/hub/checkpoints/resnet18-f37072fd.pth and run "
                              "again")
     assert not (tmp_path / "run").exists() and not list((tmp_path / "torch").rglob("*.pth*"))
+
+
+def test_the_run_says_how_torchvisions_weights_were_trained_and_which_data_options_differ() -> None:
+    from modelforge.train.transfer import _preprocessing_notes
+
+    v2 = torchvision_weights("torchvision:resnet50")
+    assert _preprocessing_notes(v2, {"name": "mnist"}) == (
+        "torchvision:resnet50.IMAGENET1K_V2 was trained on images resized to 232 (bilinear), center-cropped to 224, "
+        "ImageNet's mean and std",)
+    folder = {"name": "image_folder", "image_size": 224, "resize_size": 256, "interpolation": "bilinear"}
+    assert _preprocessing_notes(v2, folder)[0].endswith("; this run's data.resize_size=256 (theirs: 232)")
+    assert _preprocessing_notes(torchvision_weights("torchvision:resnet18"), folder)[0].endswith(": as this run's data")
+
+
+def test_image_folders_default_to_the_preprocessing_of_torchvisions_default_weights() -> None:
+    from modelforge.data.options import ImageFolderOptions
+
+    options = ImageFolderOptions(root="X")
+    for members in TORCHVISION_WEIGHTS.values():
+        weights = next(iter(members.values()))
+        assert weights.crop_size == options.image_size
+    assert (options.resize_size, options.interpolation) == (256, "bilinear")  # resnet18/34, mobilenet, vit_b_16's
+    assert (options.mean, options.std) == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
