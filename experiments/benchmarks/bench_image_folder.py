@@ -5,7 +5,10 @@ Three figures, in one process, on one folder of images:
 - **loader alone**, for each ``--workers`` count: the training DataLoader of ``data=image_folder`` (decode, random
   resized crop, flip, normalize, collate) iterated without a model, after its first batch (workers started);
 - **training step alone**: ``--model`` forward, backward and an Adam step on one batch already in memory;
-- **loader + step**: the two together, as a run trains (the loader with the most workers).
+- **loader + step**, for each ``--workers`` count: the two together, as a run trains.
+
+The step measurements run interleaved over ``--rounds`` rounds (medians reported), so that a change in the
+machine's load hits every side alike.
 
 If the loader alone is faster than the step alone, the loader does not starve the model (the step's images/s
 is the ceiling). By default the folder is made here: ``--images`` JPEG files of 500x375 pixels (ImageNet's typical
@@ -21,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -88,7 +92,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--batches", type=int, default=10, help="loader batches timed")
-    parser.add_argument("--steps", type=int, default=4, help="training steps timed")
+    parser.add_argument("--steps", type=int, default=4, help="training steps timed, each round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the step measurements, interleaved")
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--note", default="", help="the machine's conditions, recorded with the figures")
     parser.add_argument("--out", type=Path, default=RESULTS / "image_folder.json")
@@ -101,19 +106,27 @@ def main() -> None:
         options = dict(root=str(root), image_size=args.image_size, resize_size=args.resize_size,
                        batch_size=args.batch_size, val_size=0.1)
         figures: dict[str, float] = {}
+        loaders = {}
         for workers in args.workers:
-            data = ImageFolderDataModule(**options, num_workers=workers)
+            loaders[workers] = data = ImageFolderDataModule(**options, num_workers=workers)
             data.setup("fit")
-            figures[f"loader, {workers} workers"] = loader_rate(data, args.batches)
-            print(f"loader alone, {workers} workers: {figures[f'loader, {workers} workers']:.1f} images/s", flush=True)
+            figures[f"loader alone, {workers} workers"] = loader_rate(data, args.batches)
+            print(f"loader alone, {workers} workers: {figures[f'loader alone, {workers} workers']:.1f} images/s",
+                  flush=True)
         size = [args.image_size, args.image_size]
         model = modelforge.create_model(args.model, ["in_channels=3", f"n_classes={data.n_classes}",
                                                      f"input_size={size}"])
         batch = next(iter(data.train_dataloader()))
-        figures["step alone"] = step_rate(model, repeat(batch), args.steps)
-        print(f"{args.model} training step alone: {figures['step alone']:.1f} images/s", flush=True)
-        figures[f"loader ({max(args.workers)} workers) + step"] = step_rate(model, data.train_dataloader(), args.steps)
-        print(f"loader + step: {figures[f'loader ({max(args.workers)} workers) + step']:.1f} images/s", flush=True)
+        rates: dict[str, list[float]] = {}
+        for _ in range(args.rounds):  # the sides interleaved, so that a change in the machine's load hits them all
+            rates.setdefault("step alone", []).append(step_rate(model, repeat(batch), args.steps))
+            for workers, data in loaders.items():
+                rates.setdefault(f"loader + step, {workers} workers", []).append(
+                    step_rate(model, data.train_dataloader(), args.steps))
+        for side, values in rates.items():
+            figures[side] = statistics.median(values)
+            print(f"{args.model} {side}: {figures[side]:.1f} images/s (median of {', '.join(f'{v:.1f}' for v in values)})",
+                  flush=True)
     record = {"figures_images_per_s": {k: round(v, 1) for k, v in figures.items()},
               "folder": "made here: " + f"{args.images} JPEGs 500x375" if args.root is None else str(args.root),
               "options": {k: v for k, v in vars(args).items() if k not in ("root", "out")},
