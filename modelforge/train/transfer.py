@@ -7,9 +7,10 @@ model (``torchvision:resnet50``, ``torchvision:resnet50.IMAGENET1K_V1``: fetched
 the model's own init, the tensors whose names (renamed by the globs of ``init.map``) and shapes match are copied
 in; the rest are reported, or refused with ``init.strict=true``. A file none of whose names are the model's
 (torchvision's own, ``layer1.0.conv1.weight``) is paired with the model by structure instead
-(:mod:`modelforge.weights.pairing`), a head of other outputs left as initialized. ``freeze`` globs pick parameters (``encoder.*``) or modules (``nodes.layer1``) by
-their dotted names: those get ``requires_grad=False``, and the norm layers wholly inside them stay in eval
-mode, their running statistics frozen, unless ``freeze_bn=false``. ``validate_run_config`` applies both,
+(:mod:`modelforge.weights.pairing`), a head of other outputs left as initialized. ``freeze`` globs pick
+parameters (``encoder.*``) or modules (``nodes.layer1``) by their dotted names: those get ``requires_grad=False``,
+and the norm layers wholly inside them stay in eval mode, their running statistics frozen, unless
+``freeze_bn=false``. ``validate_run_config`` applies both,
 before any work; :class:`FrozenWeights` keeps the frozen tensors as they were while the run trains.
 """
 
@@ -40,9 +41,9 @@ from modelforge.weights.hub import fetch
 from modelforge.weights.pairing import Pairing, PairingError, pair_by_structure, shapes_of
 from modelforge.weights.safetensors_file import is_safetensors, keeps_order
 from modelforge.weights.torchvision_zoo import (
-    TorchvisionWeights,
     is_torchvision_source,
     near_prefix,
+    preprocessing_note,
     torchvision_weights,
 )
 
@@ -215,7 +216,7 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
     wanted = model.state_dict()
     weights = rename(_strip_wrapper_prefix(weights, wanted), mapping or {}, source)
     pairing = None
-    if hub is not None or not mapping and not any(k in wanted for k in weights):
+    if hub is not None or (not mapping and not any(k in wanted for k in weights)):
         pairing = _paired(weights, wanted, source, key, by_name_failed=hub is None)
         weights = {ours: weights[theirs] for ours, theirs in (*pairing.pairs.items(), *pairing.head)}
     fits = {k: v.shape == wanted[k].shape for k, v in weights.items() if k in wanted}
@@ -226,7 +227,7 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
         reshaped=tuple(f"{k} {list(weights[k].shape)} vs {list(wanted[k].shape)}" for k in wanted
                        if fits.get(k) is False),
         paired=pairing is not None, new_head=bool(pairing and pairing.head),
-        notes=_preprocessing_notes(hub, data) if hub else ())
+        notes=(preprocessing_note(hub, data),) if hub else ())
     if strict and report.problems():
         raise CheckpointError(f"{key}: {source} does not fit this model exactly (init.strict=true): "
                               + "; ".join(report.problems())
@@ -259,17 +260,6 @@ def _paired(weights: dict[str, torch.Tensor], wanted: Mapping[str, torch.Tensor]
                               f"({_first(list(wanted))}); {len(unexpected)} not in this model ({_first(unexpected)})"
                               f"\n  no name is the model's, nor does it pair by structure: {exc.reason}"
                               f"\n  hint: {exc.hint}") from None
-
-
-def _preprocessing_notes(hub: TorchvisionWeights, data: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """What torchvision trained the weights on, and the ``data=image_folder`` options that differ from it."""
-    note = f"{hub.label} was trained on {hub.preprocessing()}"
-    data = data or {}
-    if data.get("name") != "image_folder":
-        return (note,)
-    expected = {"image_size": hub.crop_size, "resize_size": hub.resize_size, "interpolation": hub.interpolation}
-    differ = [f"data.{k}={data[k]} (theirs: {v})" for k, v in expected.items() if k in data and data[k] not in (v, [v, v])]
-    return (note + ("; this run's " + ", ".join(differ) if differ else ": as this run's data"),)
 
 
 def read_weights(path: Path, key: str = "init.from") -> tuple[dict[str, torch.Tensor], str | None]:

@@ -11,7 +11,7 @@ variance, its step counter, a bias, any other weight) keeps a norm's four same-s
 Checked: every tensor finds its partner, and the pairs respect modules (all tensors of one module of the file go
 to one module of the model, and no two modules of the file share one). The one exception is the head: the last
 tensors of both, of the same kind and input width but another number of outputs (a 10-class head on 1000-class
-weights) are left unpaired, to be trained. Anything else is one error naming the first tensor on each side.
+weights), or the model's last tensors where the file has none left over, are left unpaired, to be trained. Anything else is one error naming the first tensor on each side.
 """
 
 from __future__ import annotations
@@ -103,6 +103,8 @@ def _head(left_model: list[str], left_file: list[str], model_order: list[str], f
           model: Shapes, file: Shapes) -> tuple[tuple[str, str], ...] | None:
     """The unpaired tensors as a head of other outputs (possibly none), or None when they are not one."""
     n = len(left_model)
+    if not left_file and left_model == model_order[len(model_order) - n:]:
+        return ()  # the file holds no head (init.map dropped it): the model's stays as initialized
     if n != len(left_file) or left_model != model_order[len(model_order) - n:] or left_file != file_order[len(file_order) - n:]:
         return None
     for ours, theirs in zip(left_model, left_file):

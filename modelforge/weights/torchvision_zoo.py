@@ -9,7 +9,9 @@ the enums where torchvision is installed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from modelforge.errors import ConfigError, UnknownNameError, closest_names
 
@@ -106,3 +108,15 @@ def torchvision_weights(source: str, key: str = "init.from") -> TorchvisionWeigh
         raise ConfigError(key, f"{enum} has no weights {name!r}", allowed=["DEFAULT", *members],
                           suggestions=closest_names(name, members), hint=f"init.from={PREFIX}{model}.{next(iter(members))}")
     return members[name]
+
+
+def preprocessing_note(weights: TorchvisionWeights, data: Mapping[str, Any] | None) -> str:
+    """What torchvision trained ``weights`` on, and the options of a ``data=image_folder`` config that differ."""
+    note = f"{weights.label} was trained on {weights.preprocessing()}"
+    data = data or {}
+    if data.get("name") != "image_folder":
+        return note
+    theirs = {"image_size": weights.crop_size, "resize_size": weights.resize_size,
+              "interpolation": weights.interpolation}
+    differ = [f"data.{k}={data[k]} (theirs: {v})" for k, v in theirs.items() if k in data and data[k] != v]
+    return note + ("; this run's " + ", ".join(differ) if differ else ": as this run's data")

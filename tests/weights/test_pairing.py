@@ -80,3 +80,10 @@ def test_pairs_that_would_split_a_module_are_refused() -> None:
     with pytest.raises(CheckpointError, match=r"its b.bias \[3\] pairs with the model's 0.bias \[3\], but a.weight "
                                               r"\[3, 3\] with 0.weight \[3, 3\]: the two would split or merge a module"):
         pair_by_structure(shapes_of(file), shapes_of(model), source="F")
+
+
+def test_a_file_without_its_head_leaves_the_models_head_unpaired() -> None:
+    """init.map={head.*: null} drops the file's head: the model's own stays as initialized."""
+    headless = {k: v for k, v in ScaleFirst().state_dict().items() if not k.startswith("head.")}
+    pairing = pair_by_structure(shapes_of(headless), shapes_of(Ours().state_dict()))
+    assert len(pairing.pairs) == 8 and "fc.weight" not in pairing.pairs and pairing.head == ()

@@ -171,15 +171,15 @@ def test_without_network_torchvision_weights_are_one_line_naming_the_url_and_the
 
 
 def test_the_run_says_how_torchvisions_weights_were_trained_and_which_data_options_differ() -> None:
-    from modelforge.train.transfer import _preprocessing_notes
+    from modelforge.weights.torchvision_zoo import preprocessing_note
 
     v2 = torchvision_weights("torchvision:resnet50")
-    assert _preprocessing_notes(v2, {"name": "mnist"}) == (
+    assert preprocessing_note(v2, {"name": "mnist"}) == (
         "torchvision:resnet50.IMAGENET1K_V2 was trained on images resized to 232 (bilinear), center-cropped to 224, "
-        "ImageNet's mean and std",)
+        "ImageNet's mean and std")
     folder = {"name": "image_folder", "image_size": 224, "resize_size": 256, "interpolation": "bilinear"}
-    assert _preprocessing_notes(v2, folder)[0].endswith("; this run's data.resize_size=256 (theirs: 232)")
-    assert _preprocessing_notes(torchvision_weights("torchvision:resnet18"), folder)[0].endswith(": as this run's data")
+    assert preprocessing_note(v2, folder).endswith("; this run's data.resize_size=256 (theirs: 232)")
+    assert preprocessing_note(torchvision_weights("torchvision:resnet18"), folder).endswith(": as this run's data")
 
 
 def test_image_folders_default_to_the_preprocessing_of_torchvisions_default_weights() -> None:
