@@ -1,5 +1,6 @@
 """The data layer: IDX files (``idx``), fetching them (``download``), the options of the data modules
-(``options``), the LightningDataModules (``datamodule``).
+(``options``), the LightningDataModules (``datamodule``), folders of image files (``image_files``, decoded by
+``image_transforms``, served by ``image_folder``).
 
 Every name loads on first use: ``import modelforge`` loads only ``options`` (to give Hydra the data defaults),
 reading IDX files needs no Lightning, and the built-in ``data=`` names are registered here by where they live, so
@@ -17,13 +18,18 @@ DATAMODULES.add_deferred("fashion_mnist", "modelforge.data.datamodule:FashionMNI
                          "Fashion-MNIST clothing (IDX files, checked, downloaded).")
 DATAMODULES.add_deferred("idx", "modelforge.data.datamodule:IdxDataModule",
                          "Any folder of the four IDX files: no checksums, no download; shapes, classes and stats from the files.")
+DATAMODULES.add_deferred("image_folder", "modelforge.data.image_folder:ImageFolderDataModule",
+                         "Class folders of JPEG/PNG images (torchvision's ImageFolder layout), decoded in workers.")
 
 _HOMES = {
     "build": ("build_datamodule", "describe_data"),
     "download": ("ensure_files", "find_file", "resolve_data_dir"),
     "idx": ("FASHION_MNIST", "FILE_NAMES", "IMAGES_MAGIC", "KNOWN_DATASETS", "LABELS_MAGIC", "MNIST", "IdxDataset",
             "load_idx_set", "parse_idx", "read_idx_bytes"),
-    "options": ("IdxOptions",),
+    "options": ("IdxOptions", "ImageFolderOptions"),
+    "image_files": ("ImageFolderIndex", "index_image_folder"),
+    "image_transforms": ("ImageFiles", "ImagePipeline"),
+    "image_folder": ("ImageFolderDataModule",),
     "datamodule": ("FashionMNISTDataModule", "IdxDataModule", "MNISTDataModule", "MnistBatches", "ResumableShuffle",
                    "random_shift"),
 }

@@ -19,6 +19,15 @@ def build_datamodule(data_cfg: Mapping[str, Any]) -> Any:
 
 
 def describe_data(datamodule: Any) -> dict[str, Any]:
-    """What metrics.json says of the data: its name, input shape and number of classes."""
+    """What metrics.json says of the data: its name, input shape and number of classes, and what the module's
+    ``describe()`` adds (an image folder's classes and split sizes)."""
     values = {key: getattr(datamodule, key, None) for key in ("name", "input_shape", "n_classes")}
+    values.update(datamodule.describe() if callable(getattr(datamodule, "describe", None)) else {})
     return {key: list(v) if isinstance(v, tuple) else v for key, v in values.items() if v is not None}
+
+
+def resolved_data_options(datamodule: Any) -> dict[str, Any]:
+    """The ``data.*`` options a run records as its data module resolved them (an image folder's classes, in label
+    order): its config then rebuilds the same data, and its checkpoint keeps the class names."""
+    resolve = getattr(datamodule, "resolved_options", None)
+    return dict(resolve()) if callable(resolve) else {}

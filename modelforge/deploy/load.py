@@ -22,6 +22,7 @@ from modelforge.build import build_model
 from modelforge.deploy.damage import CHECKPOINT, exported_kind, wrong_kind, zip_damage
 from modelforge.deploy.metadata import model_metadata
 from modelforge.errors import CheckpointError, DataError
+from modelforge.weights.safetensors_file import is_safetensors, read_safetensors_file
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ def stored_config_refusal(config: Mapping[str, Any]) -> str | None:
 def read_torch_file(path: str | Path, key: str = "ckpt_path") -> Any:
     """Whatever ``torch.save`` wrote at ``path``, read with ``weights_only=True``; a bad file is one CheckpointError."""
     ckpt_path = existing_file(path, key)
+    if is_safetensors(ckpt_path):  # tensors and a header of strings, read by the safetensors package
+        return read_safetensors_file(ckpt_path, key)
     if (exported := exported_kind(ckpt_path)) is not None:  # torch.load would hand a TorchScript file to torch.jit.load
         raise CheckpointError(f"{key}: {ckpt_path} {wrong_kind(exported, CHECKPOINT, ckpt_path.suffix or 'no')}")
     try:

@@ -56,15 +56,24 @@ def model_metadata(run_config: Mapping[str, Any], *, input_shape: list[int] | tu
     name = str(data_cfg.get("name") or "mnist")
     dataset = KNOWN_DATASETS.get(name)
     shape = [int(d) for d in input_shape] if input_shape is not None else _config_input_shape(model_cfg, dataset)
+    folder = _image_folder(data_cfg) if name == "image_folder" else None
     return {
         "model": model_cfg,
         "input_shape": shape,
-        "normalize": _normalize(data_cfg, dataset, normalization),
-        "class_names": _class_names(model_cfg, dataset),
+        "normalize": folder["normalize"] if folder else _normalize(data_cfg, dataset, normalization),
+        "class_names": folder["class_names"] if folder else _class_names(model_cfg, dataset),
+        **({"preprocess": folder["preprocess"]} if folder else {}),  # the run's resize and crop, in color
         "data": name,
         "modelforge_version": str(getattr(sys.modules["modelforge"], "__version__", "unknown")),
         "torch_version": torch.__version__,
     }
+
+
+def _image_folder(data_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``data=image_folder`` run's class names (its recorded ``data.classes``), normalization and transform."""
+    from modelforge.data.image_transforms import image_folder_metadata
+
+    return image_folder_metadata(data_cfg)
 
 
 def _plain(value: Any) -> Any:

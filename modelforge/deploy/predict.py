@@ -68,7 +68,14 @@ def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, in
              batch_size: int = 256) -> list[dict[str, Any]]:
     """The rows of :func:`predict` for images already read, with a model already opened."""
     meta = runner.meta
-    batch, inverted = prepare(images, meta["input_shape"], meta["normalize"], invert)
+    if meta.get("preprocess") and all(Path(image.name).is_file() for image in images):
+        # A data=image_folder run: its files read again as its validation read them (color, resize, center crop).
+        from modelforge.data.image_transforms import image_batch
+
+        batch, inverted = image_batch([image.name for image in images], meta["preprocess"], meta["normalize"]), [
+            False] * len(images)
+    else:
+        batch, inverted = prepare(images, meta["input_shape"], meta["normalize"], invert)
     probs = torch.softmax(runner(batch, chunk=batch_size), dim=1)
     names = [str(n) for n in meta["class_names"]]
     if probs.shape[1] != len(names):

@@ -30,6 +30,7 @@ from modelforge.config import (
     train_keys,
     typed_train_config,
 )
+from modelforge.data.build import resolved_data_options
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
@@ -89,6 +90,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     if plain["cuda_graph"]:  # a captured step has one batch shape: the ragged last training batch is left out
         plain["data"] = {**(plain.get("data") or {}), "drop_last": True}
     datamodule = build_datamodule(plain.get("data") or {})
+    plain["data"] = {**(plain.get("data") or {}), **resolved_data_options(datamodule)}  # an image folder's classes
     # The model's input shape and class count follow the data unless set (and then must agree).
     plain["model"] = fill_model_shapes(model_config_from_run(plain), datamodule,
                                        explicit_model_keys(hydra_overrides()))

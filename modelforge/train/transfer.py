@@ -1,12 +1,16 @@
 """Starting a run from other weights (``init.from``) and freezing parts of the model (``freeze``).
 
 ``init.from`` names a modelforge checkpoint, a run directory (the checkpoint ``load_model`` picks
-there: its ``last.ckpt``) or a plain state_dict file (``torch.save(model.state_dict())``, or a dict holding one
-under ``state_dict`` or ``model``). After the model's own init, the tensors whose names (renamed by the
-globs of ``init.map``) and shapes match are copied in; the rest are reported, or refused with
-``init.strict=true``. ``freeze`` globs pick parameters (``encoder.*``) or modules (``nodes.layer1``) by
-their dotted names: those get ``requires_grad=False``, and the norm layers wholly inside them stay in eval
-mode, their running statistics frozen, unless ``freeze_bn=false``. ``validate_run_config`` applies both,
+there: its ``last.ckpt``), a plain state_dict file (``torch.save(model.state_dict())``, or a dict holding one
+under ``state_dict`` or ``model``; or a ``.safetensors`` file), or torchvision's ImageNet weights for a zoo
+model (``torchvision:resnet50``, ``torchvision:resnet50.IMAGENET1K_V1``: fetched into torch.hub's cache). After
+the model's own init, the tensors whose names (renamed by the globs of ``init.map``) and shapes match are copied
+in; the rest are reported, or refused with ``init.strict=true``. A file none of whose names are the model's
+(torchvision's own, ``layer1.0.conv1.weight``) is paired with the model by structure instead
+(:mod:`modelforge.weights.pairing`), a head of other outputs left as initialized. ``freeze`` globs pick
+parameters (``encoder.*``) or modules (``nodes.layer1``) by their dotted names: those get ``requires_grad=False``,
+and the norm layers wholly inside them stay in eval mode, their running statistics frozen, unless
+``freeze_bn=false``. ``validate_run_config`` applies both,
 before any work; :class:`FrozenWeights` keeps the frozen tensors as they were while the run trains.
 """
 
@@ -33,6 +37,15 @@ from modelforge.deploy.load import (
     resolve_checkpoint,
 )
 from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_names, closest_paths
+from modelforge.weights.hub import fetch
+from modelforge.weights.pairing import Pairing, PairingError, pair_by_structure, shapes_of
+from modelforge.weights.safetensors_file import is_safetensors, keeps_order
+from modelforge.weights.torchvision_zoo import (
+    is_torchvision_source,
+    near_prefix,
+    preprocessing_note,
+    torchvision_weights,
+)
 
 # Prefixes a whole state_dict may carry from its wrapper: a LightningModule's attribute, DataParallel /
 # AveragedModel, torch.compile(module). Removed when every key has one and the model has no such child.
@@ -53,6 +66,9 @@ class InitReport:
     missing: tuple[str, ...] = ()  # in the model, not in the file: left as initialized
     unexpected: tuple[str, ...] = ()  # in the file, not in the model: ignored
     reshaped: tuple[str, ...] = ()  # in both with other shapes: "name [file] vs [model]", left as initialized
+    paired: bool = False  # by structure (the file's names are not the model's), not by name
+    new_head: bool = False  # what ``reshaped`` holds is the model's head, of other outputs than the file's
+    notes: tuple[str, ...] = ()  # said after the counts (the preprocessing torchvision's weights were trained with)
 
     def problems(self) -> list[str]:
         kinds = (("missing from the file", self.missing), ("not in this model", self.unexpected),
@@ -61,19 +77,23 @@ class InitReport:
 
     def lines(self) -> list[str]:
         which = [self.chosen] if self.chosen != "the checkpoint given" else []
-        notes = ", ".join([*which, *([f"its {self.averaging} weights"] if self.averaging else [])])
+        notes = ", ".join([*which, *([f"its {self.averaging} weights"] if self.averaging else []),
+                           *(["paired by structure: the file's names are not the model's"] if self.paired else [])])
         lines = [f"init.from: loaded {len(self.loaded)} of the model's {self.total} tensors from {self.source}"
                  + (f" ({notes})" if notes else "")]
+        reshaped = ("of a new head (other outputs than the file's), left as initialized to be trained"
+                    if self.new_head else "with other shapes, left as initialized")
         for what, names in (("missing from the file, left as initialized", self.missing),
-                            ("with other shapes, left as initialized", self.reshaped),
+                            (reshaped, self.reshaped),
                             ("in the file but not in this model, ignored", self.unexpected)):
             if names:
                 lines.append(f"init.from: {len(names)} {what}: {_first(names)}")
-        return lines
+        return lines + [f"init.from: {note}" for note in self.notes]
 
     def record(self) -> dict[str, Any]:
         """For metrics.json: counts, and the first names of each kind left out."""
         return {"from": str(self.source), "weights": self.averaging or "trained", "loaded": len(self.loaded),
+                **({"source": self.chosen, "paired": "structure"} if self.paired else {}),
                 **{kind: {"count": len(names), "first": list(names[:SHOWN])}
                    for kind, names in (("missing", self.missing), ("unexpected", self.unexpected),
                                        ("reshaped", self.reshaped))}}
@@ -147,15 +167,19 @@ def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bo
     globs = [globs] if isinstance(globs, str) else globs
     check_type(globs, list[str], "freeze")
     report, skipped = None, None
-    if source is not None:
+    if is_torchvision_source(source):
+        torchvision_weights(source)  # a name torchvision has, checked before any download
+    elif source is not None:
         require_path(source, "init.from")
-    if source is not None and resuming:
+    if is_torchvision_source(source) and resuming:
+        skipped = f"{source} not loaded: this run resumes from ckpt_path, whose weights it continues"
+    elif source is not None and resuming:
         found, _ = resolve_checkpoint(source, "init.from")
         if not found.is_file():
             raise CheckpointError(f"init.from: no checkpoint file at {found}")
         skipped = f"{found} not loaded: this run resumes from ckpt_path, whose weights it continues"
     elif source is not None:
-        report = load_init_weights(model, source, mapping, strict)
+        report = load_init_weights(model, source, mapping, strict, data=run_cfg.get("data"))
     elif mapping or strict:
         raise ConfigError("init.map" if mapping else "init.strict", "applies to the weights of init.from, which is unset",
                           hint="init.from=RUN_DIR_OR_FILE")
@@ -168,32 +192,42 @@ def require_path(path: str | Path, key: str) -> None:
     """Refuse a ``path`` that does not exist, naming it whole and what it may have meant (``runs/mnsit``)."""
     given = Path(path).expanduser()
     if not given.exists():
-        near = closest_paths(given)
+        near = closest_paths(given) or ([prefixed] if (prefixed := near_prefix(str(path))) else [])
         raise CheckpointError(f"{key}: no checkpoint file at {os.path.abspath(given)}"
                               + (f"\n  did you mean {' or '.join(repr(n) for n in near)}?" if near else ""))
 
 
 def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, str | None] | None = None,
-                      strict: bool = False, key: str = "init.from") -> InitReport:
-    """Copy the tensors of ``path`` that fit into ``model`` (names after ``mapping``, same shapes).
+                      strict: bool = False, key: str = "init.from", data: Mapping[str, Any] | None = None) -> InitReport:
+    """Copy the tensors of ``path`` that fit into ``model`` (names after ``mapping``, same shapes; a file none of
+    whose names the model has, and torchvision's weights: paired by structure). ``path`` may be
+    ``torchvision:MODEL[.WEIGHTS]``, fetched into torch.hub's cache; ``data`` (the run's data config) is compared
+    with the preprocessing those weights were trained with.
 
     Raises:
         CheckpointError: a bad path or file; no tensor fits; with ``strict``, any tensor missing,
-            left over or of another shape.
+            left over or of another shape; torchvision's weights that cannot be fetched or paired.
         ConfigError: a glob of ``mapping`` that matches no tensor of the file.
     """
-    source, chosen = resolve_checkpoint(path, key)  # a run directory: the checkpoint load_model takes
+    hub = torchvision_weights(str(path), key) if is_torchvision_source(path) else None
+    source, chosen = (fetch(hub, key), hub.label) if hub else resolve_checkpoint(path, key)  # a run directory: its ckpt
     source = Path(os.path.abspath(source))  # printed whole, as the run directory is
     weights, averaging = read_weights(source, key)
     wanted = model.state_dict()
     weights = rename(_strip_wrapper_prefix(weights, wanted), mapping or {}, source)
+    pairing = None
+    if hub is not None or (not mapping and not any(k in wanted for k in weights)):
+        pairing = _paired(weights, wanted, source, key, by_name_failed=hub is None)
+        weights = {ours: weights[theirs] for ours, theirs in (*pairing.pairs.items(), *pairing.head)}
     fits = {k: v.shape == wanted[k].shape for k, v in weights.items() if k in wanted}
     report = InitReport(
         source, chosen, averaging, len(wanted), loaded=tuple(k for k in wanted if fits.get(k)),
         missing=tuple(k for k in wanted if k not in weights),
         unexpected=tuple(k for k in weights if k not in wanted),
         reshaped=tuple(f"{k} {list(weights[k].shape)} vs {list(wanted[k].shape)}" for k in wanted
-                       if fits.get(k) is False))
+                       if fits.get(k) is False),
+        paired=pairing is not None, new_head=bool(pairing and pairing.head),
+        notes=(preprocessing_note(hub, data),) if hub else ())
     if strict and report.problems():
         raise CheckpointError(f"{key}: {source} does not fit this model exactly (init.strict=true): "
                               + "; ".join(report.problems())
@@ -205,6 +239,27 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
                                 "(`python -m modelforge summary` lists them)")
     model.load_state_dict({k: weights[k] for k in report.loaded}, strict=False)
     return report
+
+
+def _paired(weights: dict[str, torch.Tensor], wanted: Mapping[str, torch.Tensor], source: Path, key: str,
+            by_name_failed: bool) -> Pairing:
+    """The file's tensors paired with the model's by structure. A file that was tried by name first (no name in
+    common) and does not pair either gets the by-name refusal, with why pairing failed too."""
+    try:
+        if is_safetensors(source) and not keeps_order(source):
+            raise PairingError(str(source), "a .safetensors file keeps its tensors sorted by name, not in the order "
+                               "they were registered in, which pairing needs",
+                               "give init.map={old.*:new.*}, or the weights as a torch file (torch.save(model."
+                               "state_dict(), PATH)), or write them with modelforge.weights.save_safetensors")
+        return pair_by_structure(shapes_of(weights), shapes_of(wanted), source=str(source))
+    except PairingError as exc:
+        if not by_name_failed:
+            raise CheckpointError(f"{key}: {exc}") from None
+        unexpected = list(weights)
+        raise CheckpointError(f"{key}: no tensor of {source} fits this model: {len(wanted)} missing from the file "
+                              f"({_first(list(wanted))}); {len(unexpected)} not in this model ({_first(unexpected)})"
+                              f"\n  no name is the model's, nor does it pair by structure: {exc.reason}"
+                              f"\n  hint: {exc.hint}") from None
 
 
 def read_weights(path: Path, key: str = "init.from") -> tuple[dict[str, torch.Tensor], str | None]:
