@@ -18,7 +18,10 @@ from modelforge.layers.initializers import INIT_RULES, initialize, make_initiali
 from modelforge.layers.kwargs import accepted_kwargs, check_kwargs
 from modelforge.models.conf_store import DEFAULTS_GROUP
 from modelforge.models.definitions import ModelFiles
+from modelforge.models.param_cap import MAX_PARAMS, check_param_count
 from modelforge.registry import MODELS
+
+MAX_PARAMS_KEY = "max_params"
 
 
 def _check_init(init: Mapping[str, Any], path: str) -> None:
@@ -46,6 +49,17 @@ def naming_definitions(files: ModelFiles | None = None, path: str = "model") -> 
         raise
 
 
+def _feature_names(features: Sequence[str], name: Any) -> list[str]:
+    if isinstance(features, str) or not all(isinstance(f, str) for f in features):
+        raise ConfigError("features", f"expected a list of node names, got {features!r}",
+                          hint='e.g. features=["layer2", "layer3", "layer4"]')
+    schema = MODELS.schema(name) if name in MODELS else None
+    if schema is not None and "features" not in {f.name for f in dataclasses.fields(schema)}:
+        raise ConfigError("features", f"model {name!r} has no named nodes to return",
+                          hint="feature maps come from graph models (the zoo's resnet18, resnet50, convnext_tiny, ...)")
+    return list(features)
+
+
 def validate_model_config(cfg: Mapping[str, Any], path: str = "model") -> Any:
     """Check a model config (plain mapping) and return its filled schema instance (or dict)."""
     with naming_definitions(path=path):
@@ -59,7 +73,7 @@ def _validated(cfg: Mapping[str, Any], path: str) -> Any:
     factory = MODELS.get(name, path=f"{path}.name")
     schema = MODELS.schema(name)
     if schema is None:  # a plugin model without a schema: check options against its signature
-        options = {k: v for k, v in cfg.items() if k not in ("name", "init")}
+        options = {k: v for k, v in cfg.items() if k not in ("name", "init", MAX_PARAMS_KEY)}
         check_kwargs(factory, options, path, f"model {name!r}")
         _check_init(cfg.get("init") or {}, f"{path}.init")
         return dict(cfg)
@@ -78,8 +92,12 @@ def model_config_keys(name: str) -> set[str]:
     return set(accepted_kwargs(MODELS.get(name)) or ()) | {"name", "init"}
 
 
-def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int | None = None) -> nn.Module:
+def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int | None = None,
+                features: Sequence[str] | None = None) -> nn.Module:
     """Build the model a config describes and apply its weight init.
+
+    The model is what the config describes, whatever its output: whether it fits a classifier is checked
+    where one is trained (:func:`modelforge.models.heads.check_classifier_output`).
 
     Args:
         cfg: a model config (``{name: cnn, enc_sizes: [32, 64], ...}``) as a dict,
@@ -87,6 +105,9 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
             ``model`` key is accepted too.
         seed: when given, weights are drawn from this seed without disturbing
             the caller's global random state: same seed, same weights.
+        features: names of a graph model's nodes (``["layer2", "layer3", "layer4"]``): the model returns a dict
+            of their outputs, ``model.feature_info`` gives each one's channels and reduction, and nodes none of
+            them needs are not built (the graph option ``features``).
     """
     plain = load_config(cfg)
     if "name" not in plain and isinstance(plain.get("model"), Mapping):
@@ -94,7 +115,9 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
     if isinstance(cfg, (str, Path)) and _foreign_defaults(plain) and Path(cfg).parent.name == "model":
         # a model file of a config folder whose defaults take blocks/ or another model file: Hydra composes it
         path = Path(cfg).resolve()
-        return create_model(path.stem, config_dir=path.parent.parent, seed=seed)
+        return create_model(path.stem, config_dir=path.parent.parent, seed=seed, features=features)
+    if features is not None:
+        plain["features"] = _feature_names(features, plain.get("name"))
     plain = drop_signature_defaults(plain, str(cfg) if isinstance(cfg, (str, Path)) else "model")
     files = ModelFiles(str(cfg), ()) if isinstance(cfg, (str, Path)) else None
     with naming_definitions(files):
@@ -108,40 +131,23 @@ def create_model(
     *,
     config_dir: str | Path | None = None,
     seed: int | None = None,
+    features: Sequence[str] | None = None,
 ) -> nn.Module:
     """Build a model config by name, composed by Hydra as ``model=<name>`` is on the command line.
 
     ``create_model("resnet18")``, ``create_model("yolov8_cls", ["scale=s", "n_classes=1000"])``:
-    ``overrides`` are keys of the model config. ``config_dir``: a folder of your own configs
-    (``model/``, ``blocks/``), searched before the shipped ones, as ``--config-dir`` is.
+    ``overrides`` are keys of the model config, in Hydra's syntax (``~nodes.flat`` deletes, ``+key=...`` adds).
+    ``create_model("resnet18", ["n_classes=null"])``: the model without its head (pooled features).
+    ``config_dir``: a folder of your own configs (``model/``, ``blocks/``), searched before the shipped ones,
+    as ``--config-dir`` is. ``features``: see :func:`build_model`.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     from modelforge.config import conf_dir
+    from modelforge.models.compose import compose_model
 
-    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir is not None else []
-    was_initialized = GlobalHydra.instance().is_initialized()
-    saved = GlobalHydra.instance().hydra if was_initialized else None
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            cfg = compose("summary", overrides=[f"model={name}", *extra, *(f"model.{o}" for o in overrides)])
-    except (HydraException, OmegaConfBaseException) as exc:
-        from modelforge.config import config_groups
-
-        models = config_groups().get("model", [])
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ConfigError("model", f"cannot compose model {name!r}: {first}",
-                          suggestions=closest_names(name, models)) from None
-    finally:
-        if saved is not None:
-            GlobalHydra.instance().initialize(saved)
     folders = (conf_dir(), *([Path(config_dir).resolve()] if config_dir is not None else []))  # Hydra's order
+    cfg = compose_model(name, overrides, folders)
     with naming_definitions(ModelFiles(name, folders)):
-        return build_model(model_config_from_run(cfg), seed=seed)
+        return build_model(model_config_from_run(cfg), seed=seed, features=features)
 
 
 def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFiles | None = None) -> nn.Module:
@@ -152,14 +158,31 @@ def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFi
     }
     name = values.pop("name")
     factory = MODELS.get(name)
-    takes_init = "init" in (accepted_kwargs(factory) or ())
-    init = {} if takes_init else values.pop("init", None) or {}
+    accepted = accepted_kwargs(factory) or ()
+    init = {} if "init" in accepted else values.pop("init", None) or {}
+    # A model that takes max_params counts its own size before allocating (graph); any other is made on the
+    # meta device first and counted here.
+    max_params = None if MAX_PARAMS_KEY in accepted else values.pop(MAX_PARAMS_KEY, MAX_PARAMS)
     with torch.random.fork_rng(devices=[]), naming_definitions(files):
+        if max_params is not None:
+            _check_size_on_meta(factory, values, max_params)
         if seed is not None:
             torch.manual_seed(seed)
         model = factory(**values)
         initialize(model, init)  # models that take `init` applied it themselves
     return model
+
+
+def _check_size_on_meta(factory: Any, values: Mapping[str, Any], max_params: int) -> None:
+    """The model made on the meta device (no storage, no arithmetic) and its size checked against the cap.
+    A model that cannot be made on meta is left to the real build."""
+    try:
+        with torch.device("meta"):
+            probe = factory(**values)
+    except Exception:  # noqa: BLE001  (the real build raises what is wrong, as it always did)
+        return
+    if isinstance(probe, nn.Module):
+        check_param_count(probe, max_params)
 
 
 def _foreign_defaults(cfg: Mapping[str, Any]) -> list[Any]:

@@ -22,6 +22,7 @@ from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import ConvBlock, LinearBlock
 from modelforge.layers.initializers import initialize
 from modelforge.layers.macs import counts_from_children
+from modelforge.models.param_cap import PARAM_CAP_OPTION
 from modelforge.models.shapes import encoder_sizes
 from modelforge.registry import MODELS
 
@@ -45,7 +46,7 @@ class CNN(nn.Module):
         self,
         in_channels: int = 1,
         input_size: Sequence[int] = (28, 28),
-        n_classes: int = 10,
+        n_classes: int | None = 10,
         enc_sizes: Sequence[int] = (32, 64),
         dec_sizes: Sequence[int] = (128,),
         activation: Any = "relu",
@@ -77,7 +78,9 @@ class CNN(nn.Module):
         self.decoder = nn.Sequential(
             *[LinearBlock(f_in, f_out, dec_activation, dropout=dropout) for f_in, f_out in zip(widths, widths[1:])]
         )
-        self.head = nn.Linear(widths[-1], n_classes)
+        # n_classes null: no head, the decoder's features are the output
+        self.head = nn.Linear(widths[-1], n_classes) if n_classes is not None else nn.Identity()
+        self.output_shape = (n_classes if n_classes is not None else widths[-1],)  # per sample
         initialize(self, init or {})
 
     def forward(self, x: Tensor) -> Tensor:
@@ -93,7 +96,9 @@ seed_cnn = functools.partial(CNN, dec_sizes=(1024,), padding=1, pool=None, dropo
 
 def check_cnn(cfg: Any, path: str) -> None:
     """The rules of a CNN config that types cannot say."""
-    for key in ("in_channels", "n_classes", "enc_sizes", "kernel_size", "stride", "pool_size"):
+    if cfg.n_classes is not None:
+        require_positive(cfg.n_classes, f"{path}.n_classes")
+    for key in ("in_channels", "enc_sizes", "kernel_size", "stride", "pool_size"):
         require_positive(getattr(cfg, key), f"{path}.{key}")
     require_positive(cfg.dec_sizes, f"{path}.dec_sizes", allow_empty=True)
     require_positive(cfg.input_size, f"{path}.input_size")
@@ -129,8 +134,8 @@ def _check_shapes(cfg: Any, path: str) -> None:
             )
 
 
-CNNConfig = schema_from_signature(CNN, "cnn", check=check_cnn)
-SeedCNNConfig = schema_from_signature(seed_cnn, "seed_cnn", check=check_cnn)
+CNNConfig = schema_from_signature(CNN, "cnn", check=check_cnn, extra=PARAM_CAP_OPTION)
+SeedCNNConfig = schema_from_signature(seed_cnn, "seed_cnn", check=check_cnn, extra=PARAM_CAP_OPTION)
 
 MODELS.add("cnn", CNN, schema=CNNConfig, description="Conv-block encoder + linear-block decoder + classifier head")
 MODELS.add(

@@ -19,11 +19,12 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
-from modelforge.layers.expressions import evaluate, resolve_args
+from modelforge.layers.expressions import evaluate, names_in, resolve_args
 from modelforge.layers.kwargs import check_kwargs, whole_number_params
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
 from modelforge.models.graph_bounds import Bounds, repeat_count
+from modelforge.models.graph_meta import MetaBlocks
 from modelforge.models.graph_spec import (
     INPUT,
     REQUIRED,
@@ -32,7 +33,7 @@ from modelforge.models.graph_spec import (
     NodeTable,
     Ref,
 )
-from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale, scale_widths
+from modelforge.models.scales import CLASS_COUNT, IDENTITY, WIDTH_ARG, Scale, scale_widths
 from modelforge.models.shapes import describe_output
 
 Source = tuple[str, tuple[int, ...]]  # a node (or "input") and the indices into its output
@@ -58,13 +59,15 @@ class Graph(nn.ModuleDict):
     """Runs its nodes in order, each on the outputs its ``wiring`` names; a composite block is one."""
 
     def __init__(self, nodes: dict[str, nn.Module], wiring: dict[str, list[Source]], output: list[Source],
-                 several_outputs: bool = False, block: str = "graph", n_inputs: int = 1) -> None:
+                 several_outputs: bool = False, block: str = "graph", n_inputs: int = 1,
+                 call_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
         super().__init__(nodes)
         self.wiring = wiring
         self.output = output
         self.several_outputs = several_outputs
         self.block = block
         self.n_inputs = n_inputs
+        self.call_kwargs = call_kwargs or {}  # node -> keyword arguments of its forward (a node's `kwargs`)
 
     @property
     def composite_name(self) -> str | None:
@@ -74,7 +77,8 @@ class Graph(nn.ModuleDict):
     def forward(self, *inputs: Any) -> Any:
         values: dict[str, Any] = {INPUT: inputs}
         for name, node in self.items():
-            values[name] = node(*[_pick(values, source) for source in self.wiring[name]])
+            values[name] = node(*[_pick(values, source) for source in self.wiring[name]],
+                                **self.call_kwargs.get(name, {}))
         if self.several_outputs:
             return tuple(_pick(values, source) for source in self.output)
         return _pick(values, self.output[0])
@@ -84,7 +88,8 @@ class Graph(nn.ModuleDict):
             return source_label(source, self.n_inputs)
 
         edges = ", ".join(f"{n} <- {'+'.join(map(label, s))}" for n, s in self.wiring.items())
-        return f"block={self.block}, output={'+'.join(map(label, self.output))}, edges: {edges}"
+        called = "".join(f", {n}(**{kw})" for n, kw in self.call_kwargs.items())
+        return f"block={self.block}, output={'+'.join(map(label, self.output))}, edges: {edges}{called}"
 
 
 @counts_from_children
@@ -95,12 +100,30 @@ class Repeat(nn.Sequential):
         super().__init__(*copies)
         self.keep_all = keep_all
 
-    def forward(self, x: Tensor) -> Any:
+    def forward(self, x: Tensor, **kwargs: Any) -> Any:
         outputs = []
         for copy in self:
-            x = copy(x)
+            x = copy(x, **kwargs)
             outputs.append(x)
         return tuple(outputs) if self.keep_all else x
+
+
+def _check_forward_kwargs(kind: type, n_inputs: int, kwargs: Mapping[str, Any], path: str, what: str) -> None:
+    """A node's ``kwargs`` are keyword arguments its block's ``forward`` takes, beside the inputs it is given."""
+    if not kwargs:
+        return
+    try:
+        params = list(inspect.signature(kind.forward).parameters.values())[1 + n_inputs:]  # without self, inputs
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    allowed = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in kwargs:
+        if key not in allowed:
+            raise ConfigError(f"{path}.{key}", f"the forward of {what} takes no keyword argument {key!r}"
+                              + (f" beside its {n_inputs} input(s)" if n_inputs else ""),
+                              allowed=allowed or "none", suggestions=closest_names(str(key), allowed))
 
 
 def _describe(labels: list[str], values: list[Any]) -> str:
@@ -158,6 +181,7 @@ class GraphBuilder:
         self.scale = scale
         self.bounds = bounds
         self.built = 0  # nodes built so far, copies and composite parts included
+        self.meta = MetaBlocks()  # blocks are made and run on the meta device: shapes without arithmetic
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph") -> tuple[Graph, Any]:
@@ -167,22 +191,26 @@ class GraphBuilder:
         skipped: dict[str, Source] = {}
         modules: dict[str, nn.Module] = {}
         wiring: dict[str, list[Source]] = {}
+        call_kwargs: dict[str, dict[str, Any]] = {}
         for name in table.order:
             node = table.nodes[name]
             node_path = f"{table.path}.nodes.{name}"
             sources = [s for i, ref in enumerate(table.inputs[name])
                        for s in self._sources(ref, values, skipped, keep_all, f"{node_path}.inputs[{i}]")]
-            if node.when is not None and not self._condition(node, names, node_path):
-                skipped[name] = sources[0]  # a node whose condition is false passes its first input on
+            if self._left_out(name, node, names, sources, node_path):
+                skipped[name] = sources[0]  # a node left out passes its first input on
                 continue
             labels = [source_label(s, len(inputs)) for s in sources]
+            kwargs = resolve_args(node.kwargs or {}, names, f"{node_path}.kwargs")
             module, values[name] = self._node(name, node, labels, [_pick(values, s) for s in sources],
-                                              names, top, name in keep_all, node_path)
+                                              names, top, name in keep_all, node_path, kwargs)
             modules[name] = module
             wiring[name] = sources
+            if kwargs:
+                call_kwargs[name] = kwargs
         output = [s for i, ref in enumerate(table.output)
                   for s in self._sources(ref, values, skipped, keep_all, f"{table.path}.output")]
-        graph = Graph(modules, wiring, output, table.several_outputs, block, len(inputs))
+        graph = Graph(modules, wiring, output, table.several_outputs, block, len(inputs), call_kwargs)
         result = tuple(_pick(values, s) for s in output) if table.several_outputs else _pick(values, output[0])
         return graph, result
 
@@ -202,21 +230,36 @@ class GraphBuilder:
         else:
             node, index = ref.node, ()
         index = index + ref.index
-        try:
-            value = _pick(values, (node, index))
-        except (IndexError, TypeError):
-            value = values[node]
-            parts = f"{len(value)} parts" if isinstance(value, (tuple, list)) else "one tensor, not parts"
-            raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives {parts}") from None
+        value = values[node]
+        for i in index:
+            if isinstance(value, Tensor):  # tensor[i] would index the batch dimension
+                raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives one tensor, not parts "
+                                  f"({describe_output(value)}); .N reads a part of a tuple",
+                                  hint=f"read {ref.node!r} whole, or take a part of it with a select, chunk, split "
+                                       "or unbind node")
+            if not isinstance(value, (tuple, list)) or not -len(value) <= i < len(value):
+                parts = f"{len(value)} parts" if isinstance(value, (tuple, list)) else "one value, not parts"
+                raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives {parts}")
+            value = value[i]
         if not ref.every:
             return [(node, index)]
         if not isinstance(value, (tuple, list)):
             raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives one tensor, not parts")
         return [(node, index + (i,)) for i in range(len(value))]
 
-    @staticmethod
-    def _condition(node: NodeConfig, names: Mapping[str, Any], path: str) -> bool:
-        return bool(node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when"))
+    def _left_out(self, name: str, node: NodeConfig, names: Mapping[str, Any], sources: list[Source],
+                  path: str) -> bool:
+        """A node whose ``when`` is false, or a block of the head (its arguments use ``n_classes``) when
+        ``n_classes`` is null: a model without its head. A composite given a null class count leaves out its own."""
+        if node.when is not None:
+            return not bool(node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when"))
+        headless = CLASS_COUNT in names and names[CLASS_COUNT] is None
+        if not headless or node.block in self.composites or CLASS_COUNT not in names_in(node.args):
+            return False
+        if not sources:
+            raise ConfigError(path, f"n_classes is null, which leaves out node {name!r} (its arguments use "
+                              "n_classes), but it reads no input to pass on", hint="set n_classes, or give it an input")
+        return True
 
     def _repeats(self, node: NodeConfig, names: Mapping[str, Any], top: bool, path: str) -> int | None:
         count = repeat_count(node, names, path)
@@ -225,14 +268,17 @@ class GraphBuilder:
             self.bounds.check_repeat(count, f"{path}.repeat")
         return count
 
-    def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any],
-              names: Mapping[str, Any], top: bool, keep_all: bool, path: str) -> tuple[nn.Module, Any]:
+    def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any], names: Mapping[str, Any],
+              top: bool, keep_all: bool, path: str, call_kwargs: Mapping[str, Any]) -> tuple[nn.Module, Any]:
         """One node: a block, or ``repeat`` chained copies of it; its module and its dry-run output."""
         composite = self.composites.get(node.block)
         factory = None
         if composite is None:
             factory = resolve_block(node.block, f"{path}.block")
             check_kwargs(factory, node.args, f"{path}.args", f"block {node.block!r}")
+        elif call_kwargs:
+            raise ConfigError(f"{path}.kwargs", f"composite block {node.block!r} takes no forward keyword arguments",
+                              hint="set them on the nodes inside the composite, or pass values as its args")
         elif not inputs:
             raise ConfigError(f"{path}.inputs", f"node {name!r} reads no input, but composite {node.block!r} needs one",
                               hint="remove `inputs: []` to read the node above, or name the nodes it reads")
@@ -258,7 +304,7 @@ class GraphBuilder:
             if composite is not None:
                 module, out = self._composite(composite, args, inputs, path, copy_path)
             else:
-                module, out = self._block(name, node.block, factory, args, labels, inputs, path)
+                module, out = self._block(name, node.block, factory, args, labels, inputs, path, call_kwargs)
             if count is not None and i + 1 < count and not isinstance(out, Tensor):
                 raise ConfigError(f"{path}.repeat", f"node {name!r} returns {describe_output(out)}; "
                                   "only a block that returns one tensor chains into copies of itself")
@@ -270,7 +316,7 @@ class GraphBuilder:
         return Repeat(copies, keep_all), tuple(outputs) if keep_all else outputs[-1]
 
     def _block(self, name: str, block_name: str, factory: Any, args: dict[str, Any], labels: list[str],
-               inputs: list[Any], path: str) -> tuple[nn.Module, Any]:
+               inputs: list[Any], path: str, call_kwargs: Mapping[str, Any]) -> tuple[nn.Module, Any]:
         described = _describe(labels, inputs)
         shapes = [x.shape if isinstance(x, Tensor) else () for x in inputs]
         tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
@@ -278,7 +324,7 @@ class GraphBuilder:
         if not inputs and isinstance(factory, type) and _max_inputs(factory) != 0:
             _check_inputs(name, block_name, factory, labels, shapes, described, path)  # before it fails unfed
         try:
-            block = factory(**infer_widths(factory, args, shapes))
+            block = self.meta.make(factory, infer_widths(factory, args, shapes))
         except ConfigError as exc:  # a block of ours refusing one of its arguments
             raise ConfigError(f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
                               f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,
@@ -290,14 +336,14 @@ class GraphBuilder:
             raise ConfigError(path, f"node {name!r} ({block_name}){'' if tuples else ':'} {problem}",
                               hint=tuple_hint) from None
         _check_inputs(name, block_name, block, labels, shapes, described, path)
+        _check_forward_kwargs(type(block), len(inputs), call_kwargs, f"{path}.kwargs", f"block {block_name!r}")
         try:
-            with torch.no_grad():
-                out = block.eval()(*inputs)
+            out = self.meta.run(block, inputs, call_kwargs)
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, AssertionError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise ConfigError(path, f"node {name!r} ({block_name}) does not fit its input {described}: {first}",
                               hint=tuple_hint) from None
-        return block.train(), out
+        return block, out
 
     def _composite(self, composite: Composite, args: dict[str, Any], inputs: list[Any], node_path: str,
                    use_path: str) -> tuple[Graph, Any]:
