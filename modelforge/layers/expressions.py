@@ -17,6 +17,7 @@ their meaning.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +34,7 @@ ALLOWED = ("integer literals, parameter names, + - * // %, comparisons, and/or/n
            "'a if cond else b', min(...), max(...)")
 
 
+@functools.lru_cache(maxsize=4096)  # a graph parses the same few argument strings at every node
 def _parse(text: str) -> ast.expr | None:
     try:
         return ast.parse(text.strip(), mode="eval").body
@@ -58,10 +60,18 @@ def resolve_string(text: str, names: Mapping[str, Any], path: str) -> Any:
             raise ConfigError(path, f"{text!r} is not a parameter here", suggestions=close,
                               allowed=sorted(names), hint=f"to pass the word {text!r} itself, quote it: \"'{text}'\"")
         return text
-    if not any(isinstance(n, ast.Constant) and not isinstance(n.value, str)
-               or isinstance(n, ast.Name) and (n.id in names or n.id in _CALLS) for n in ast.walk(tree)):
+    numbers, words = _numbers_and_names(tree)
+    if not numbers and not any(word in names or word in _CALLS for word in words):
         return text  # words and punctuation without a parameter or a number: "leaky-relu", "nn.GELU"
     return _evaluate_tree(tree, text, names, path)
+
+
+@functools.lru_cache(maxsize=4096)  # of a parsed (cached) tree: asked at every node
+def _numbers_and_names(tree: ast.expr) -> tuple[bool, frozenset[str]]:
+    """Whether an expression holds a number, and the names it holds."""
+    nodes = list(ast.walk(tree))
+    return (any(isinstance(n, ast.Constant) and not isinstance(n.value, str) for n in nodes),
+            frozenset(n.id for n in nodes if isinstance(n, ast.Name)))
 
 
 def names_in(value: Any) -> set[str]:

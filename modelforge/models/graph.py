@@ -7,8 +7,8 @@ a registered name (``conv``, ``add``, ...), any ``torch.nn`` module class
 model's ``blocks`` table (see :mod:`modelforge.models.graph_spec`); nothing
 else resolves. Widths (``in_channels``, ``in_features``, ``num_features``,
 ``normalized_shape``, ``embed_dim``, ...) are inferred from the shapes of a batch
-run through the nodes as they are built, on torch's meta device: shapes without
-arithmetic (:mod:`modelforge.models.graph_meta`).
+run through the nodes as they are built, a batch without samples: shapes without
+arithmetic (:mod:`modelforge.models.graph_dry_run`).
 
 ``repeat: N`` stacks N copies of a one-input node, each with its own parameters
 and widths inferred from the copy before it; in ``named_modules()`` they are
@@ -42,10 +42,10 @@ from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.models.graph_bounds import MAX_NODES, MAX_REPEAT, Bounds, check_size
 from modelforge.models.graph_build import Graph, GraphBuilder, source_label
-from modelforge.models.graph_meta import materialize
+from modelforge.models.graph_dry_run import DryRun, empty_batch
 from modelforge.models.graph_spec import Composite, NodeTable, parse_blocks, parse_table
-from modelforge.models.param_cap import MAX_PARAMS, check_param_count
-from modelforge.models.scales import choose_scale
+from modelforge.models.param_cap import MAX_PARAMS, ParamBudget, check_param_count
+from modelforge.models.scales import Scale, choose_scale
 from modelforge.registry import MODELS
 
 
@@ -109,11 +109,28 @@ def check_graph(cfg: Any, path: str) -> None:
                    cfg.blocks, cfg.scales, cfg.scale, cfg.max_repeat, cfg.max_nodes, path)
 
 
-def _checked_graph(nodes: Mapping[str, Any], in_channels: int, input_size: Sequence[int], n_classes: int | None,
-                   output: Any, features: Sequence[str] | None, params: Mapping[str, Any] | None,
-                   blocks: Mapping[str, Any] | None, scales: Mapping[str, Any] | None, scale: str | None,
-                   max_repeat: int, max_nodes: int, path: str) -> tuple[GraphBuilder, NodeTable, dict[str, Any]]:
-    """A builder, the model's table and its names, all checked: wiring, scale, bounds on its size (nothing built)."""
+# The last config checked and what checking it gave: build_model validates a config, then builds the same
+# objects (validate_model_config's result is "not checked again"), which are parsed once.
+_last_checked: list[tuple[tuple[Any, ...], tuple[dict[str, Composite], NodeTable, Scale, Bounds, dict[str, Any]]]] = []
+
+
+def _checked_graph(*config: Any) -> tuple[GraphBuilder, NodeTable, dict[str, Any]]:
+    """A builder, the model's table and its names, all checked: wiring, scale, bounds on its size (nothing built).
+    ``config``: :func:`_check_config`'s arguments."""
+    if _last_checked and len(_last_checked[0][0]) == len(config) and all(
+            a is b for a, b in zip(_last_checked[0][0], config)):
+        composites, table, chosen, bounds, scope = _last_checked[0][1]
+    else:
+        composites, table, chosen, bounds, scope = _check_config(*config)
+        _last_checked[:] = [(config, (composites, table, chosen, bounds, scope))]
+    return GraphBuilder(composites, chosen, bounds), table, dict(scope)
+
+
+def _check_config(nodes: Mapping[str, Any], in_channels: int, input_size: Sequence[int], n_classes: int | None,
+                  output: Any, features: Sequence[str] | None, params: Mapping[str, Any] | None,
+                  blocks: Mapping[str, Any] | None, scales: Mapping[str, Any] | None, scale: str | None,
+                  max_repeat: int, max_nodes: int,
+                  path: str) -> tuple[dict[str, Composite], NodeTable, Scale, Bounds, dict[str, Any]]:
     require_positive(max_repeat, f"{path}.max_repeat")
     require_positive(max_nodes, f"{path}.max_nodes")
     if features is not None and not features:
@@ -125,7 +142,7 @@ def _checked_graph(nodes: Mapping[str, Any], in_channels: int, input_size: Seque
     scope = _model_scope(in_channels, input_size, n_classes, params, path)
     bounds = Bounds(max_repeat, max_nodes, path)
     check_size(table, composites, scope, chosen, bounds)
-    return GraphBuilder(composites, chosen, bounds), table, scope
+    return composites, table, chosen, bounds, scope
 
 
 def build_graph(
@@ -166,12 +183,12 @@ def build_graph(
     """
     builder, table, scope = _checked_graph(nodes, in_channels, input_size, n_classes, output, features, params, blocks,
                                            scales, scale, max_repeat, max_nodes, path)
+    _last_checked.clear()  # checked once per build: a later build of the same objects checks them again
+    builder.dry_run = DryRun(make_init_fn(init or {}, f"{path}.init"), ParamBudget(max_params, path))
     input_shape = (in_channels, *input_size)
-    with torch.device("meta"):
-        example = torch.zeros(2, *input_shape)
-    graph, output_value = builder.build(table, (example,), scope, top=True)
-    check_param_count(graph, max_params, path, where=lambda name: f"{path}.nodes.{name.split('.')[0]}")
-    materialize(graph, builder.meta.recipes, make_init_fn(init or {}, f"{path}.init"))
+    with torch.no_grad():  # the init rules fill weights in place; the dry run needs no graph of its own
+        graph, output_value = builder.build(table, (empty_batch(*input_shape),), scope, top=True)
+    check_param_count(graph, max_params, path)  # blocks too large alone were refused before being made
     single = isinstance(output_value, Tensor)
     model = GraphModel(graph, input_shape, tuple(output_value.shape[1:]) if single else None,
                        source_label(graph.output[0]) if single else None,

@@ -1,8 +1,9 @@
 """The dynamic half of the model language: a checked node table becomes modules.
 
-Nodes are built in order, each from the real outputs of the nodes before it (a
-dry run of a batch of two zeros), so widths are inferred from shapes and every
-shape problem is found while building, naming the node. A composite block is
+Nodes are built in order, each from the outputs of the nodes before it (a dry
+run on a batch without samples: :mod:`modelforge.models.graph_dry_run`), so widths
+are inferred from shapes and every shape problem is found while building, naming
+the node. A composite block is
 built by the same code as the model's own table, one level down: no special
 path for widths, repeats, names or errors. Each node is built and run once, so
 building is linear in the number of nodes.
@@ -24,7 +25,7 @@ from modelforge.layers.kwargs import check_kwargs, whole_number_params
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
 from modelforge.models.graph_bounds import Bounds, repeat_count
-from modelforge.models.graph_meta import MetaBlocks
+from modelforge.models.graph_dry_run import DryRun
 from modelforge.models.graph_spec import (
     INPUT,
     REQUIRED,
@@ -34,7 +35,7 @@ from modelforge.models.graph_spec import (
     Ref,
 )
 from modelforge.models.scales import CLASS_COUNT, IDENTITY, WIDTH_ARG, Scale, scale_widths
-from modelforge.models.shapes import describe_output
+from modelforge.models.shapes import describe_dry, shown_shape
 
 Source = tuple[str, tuple[int, ...]]  # a node (or "input") and the indices into its output
 
@@ -126,8 +127,17 @@ def _check_forward_kwargs(kind: type, n_inputs: int, kwargs: Mapping[str, Any], 
                               allowed=allowed or "none", suggestions=closest_names(str(key), allowed))
 
 
-def _describe(labels: list[str], values: list[Any]) -> str:
-    return ", ".join(f"{label} {describe_output(v)}" for label, v in zip(labels, values))
+class _Described:
+    """A node's inputs as messages name them (``stem [2, 32, 28, 28]``), written only when a message needs them."""
+
+    def __init__(self, labels: list[str], values: list[Any]) -> None:
+        self.labels, self.values = labels, values
+
+    def __str__(self) -> str:
+        return ", ".join(f"{label} {describe_dry(v)}" for label, v in zip(self.labels, self.values))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -154,7 +164,7 @@ def _check_whole_numbers(factory: Any, args: Mapping[str, Any], written: Mapping
 
 
 def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: list[str], shapes: list[Any],
-                  described: str, path: str) -> None:
+                  described: _Described | str, path: str) -> None:
     """The number of inputs a block's forward takes, and the shapes its ``check_shapes`` accepts."""
     most = _max_inputs(block if isinstance(block, type) else type(block))
     if most == 0 and labels:
@@ -176,12 +186,13 @@ def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: l
 class GraphBuilder:
     """Builds node tables with the model's composites and scale; one builder per model."""
 
-    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY, bounds: Bounds = Bounds()) -> None:
+    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY, bounds: Bounds = Bounds(),
+                 dry_run: DryRun | None = None) -> None:
         self.composites = composites
         self.scale = scale
         self.bounds = bounds
         self.built = 0  # nodes built so far, copies and composite parts included
-        self.meta = MetaBlocks()  # blocks are made and run on the meta device: shapes without arithmetic
+        self.dry_run = dry_run or DryRun()  # makes each block and runs it on an empty batch: shapes, no arithmetic
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph") -> tuple[Graph, Any]:
@@ -234,7 +245,7 @@ class GraphBuilder:
         for i in index:
             if isinstance(value, Tensor):  # tensor[i] would index the batch dimension
                 raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives one tensor, not parts "
-                                  f"({describe_output(value)}); .N reads a part of a tuple",
+                                  f"({describe_dry(value)}); .N reads a part of a tuple",
                                   hint=f"read {ref.node!r} whole, or take a part of it with a select, chunk, split "
                                        "or unbind node")
             if not isinstance(value, (tuple, list)) or not -len(value) <= i < len(value):
@@ -306,7 +317,7 @@ class GraphBuilder:
             else:
                 module, out = self._block(name, node.block, factory, args, labels, inputs, path, call_kwargs)
             if count is not None and i + 1 < count and not isinstance(out, Tensor):
-                raise ConfigError(f"{path}.repeat", f"node {name!r} returns {describe_output(out)}; "
+                raise ConfigError(f"{path}.repeat", f"node {name!r} returns {describe_dry(out)}; "
                                   "only a block that returns one tensor chains into copies of itself")
             copies.append(module)
             outputs.append(out)
@@ -317,14 +328,14 @@ class GraphBuilder:
 
     def _block(self, name: str, block_name: str, factory: Any, args: dict[str, Any], labels: list[str],
                inputs: list[Any], path: str, call_kwargs: Mapping[str, Any]) -> tuple[nn.Module, Any]:
-        described = _describe(labels, inputs)
-        shapes = [x.shape if isinstance(x, Tensor) else () for x in inputs]
+        described = _Described(labels, inputs)
+        shapes = [shown_shape(x) for x in inputs]
         tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
         tuple_hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
         if not inputs and isinstance(factory, type) and _max_inputs(factory) != 0:
             _check_inputs(name, block_name, factory, labels, shapes, described, path)  # before it fails unfed
         try:
-            block = self.meta.make(factory, infer_widths(factory, args, shapes))
+            block = self.dry_run.make(factory, infer_widths(factory, args, shapes), path)
         except ConfigError as exc:  # a block of ours refusing one of its arguments
             raise ConfigError(f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
                               f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,
@@ -338,7 +349,7 @@ class GraphBuilder:
         _check_inputs(name, block_name, block, labels, shapes, described, path)
         _check_forward_kwargs(type(block), len(inputs), call_kwargs, f"{path}.kwargs", f"block {block_name!r}")
         try:
-            out = self.meta.run(block, inputs, call_kwargs)
+            out = self.dry_run.run(block, inputs, call_kwargs)
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, AssertionError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise ConfigError(path, f"node {name!r} ({block_name}) does not fit its input {described}: {first}",
