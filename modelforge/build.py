@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from modelforge.config import load_config, validate
+from modelforge.config import load_config, require_positive, validate
 from modelforge.errors import ConfigError, closest_names
 from modelforge.layers.initializers import INIT_RULES, initialize, make_initializer
 from modelforge.layers.kwargs import accepted_kwargs, check_kwargs
@@ -176,13 +176,14 @@ def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFi
 def _check_size_on_meta(factory: Any, values: Mapping[str, Any], max_params: int) -> None:
     """The model made on the meta device (no storage, no arithmetic) and its size checked against the cap.
     A model that cannot be made on meta is left to the real build."""
+    require_positive(max_params, f"model.{MAX_PARAMS_KEY}")
     try:
         with torch.device("meta"):
             probe = factory(**values)
     except Exception:  # noqa: BLE001  (the real build raises what is wrong, as it always did)
         return
     if isinstance(probe, nn.Module):
-        check_param_count(probe, max_params)
+        check_param_count(probe, max_params)  # the model's own checks passed: now its size
 
 
 def _foreign_defaults(cfg: Mapping[str, Any]) -> list[Any]:
