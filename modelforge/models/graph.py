@@ -87,16 +87,18 @@ def _model_scope(in_channels: int, input_size: Sequence[int], n_classes: int | N
 
 
 def parse_graph(nodes: Mapping[str, Any], output: Any, blocks: Mapping[str, Any] | None,
-                path: str, prune: bool = False) -> tuple[dict[str, Composite], NodeTable]:
-    """The model's composites and node table, checked (nothing is built); ``prune``: nodes the output does
-    not need are left out rather than refused."""
+                path: str, features: Sequence[str] | None = None) -> tuple[dict[str, Composite], NodeTable]:
+    """The model's composites and node table, checked (nothing is built); with ``features``, those are the
+    outputs and nodes none of them needs are left out rather than refused."""
     composites = parse_blocks(blocks, path)
 
     def is_block(name: str, where: str) -> None:
         if name not in composites:
             resolve_block(name, where, composites=composites)
 
-    return composites, parse_table(nodes, output, path, is_block, prune=prune)
+    if features:
+        return composites, parse_table(nodes, list(features), path, is_block, prune=True, output_key="features")
+    return composites, parse_table(nodes, output, path, is_block)
 
 
 def check_graph(cfg: Any, path: str) -> None:
@@ -136,8 +138,7 @@ def _check_config(nodes: Mapping[str, Any], in_channels: int, input_size: Sequen
     if features is not None and not features:
         raise ConfigError(f"{path}.features", "names no node", hint="name the nodes whose outputs you want, "
                           "e.g. [layer2, layer3, layer4], or leave features out (null) for the model's output")
-    composites, table = parse_graph(nodes, list(features) if features else output, blocks, path,
-                                    prune=bool(features))
+    composites, table = parse_graph(nodes, output, blocks, path, features)
     chosen = choose_scale(scales, scale, path)
     scope = _model_scope(in_channels, input_size, n_classes, params, path)
     bounds = Bounds(max_repeat, max_nodes, path)

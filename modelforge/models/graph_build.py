@@ -334,8 +334,10 @@ class GraphBuilder:
         tuple_hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
         if not inputs and isinstance(factory, type) and _max_inputs(factory) != 0:
             _check_inputs(name, block_name, factory, labels, shapes, described, path)  # before it fails unfed
+        kwargs = infer_widths(factory, args, shapes)
+        self.dry_run.check_size(factory, kwargs, path)  # before the block is allocated
         try:
-            block = self.dry_run.make(factory, infer_widths(factory, args, shapes), path)
+            block = self.dry_run.make(factory, kwargs)
         except ConfigError as exc:  # a block of ours refusing one of its arguments
             raise ConfigError(f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
                               f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,

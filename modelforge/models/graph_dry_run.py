@@ -38,10 +38,13 @@ class DryRun:
     def __init__(self, init: Callable[[nn.Module], None] | None = None, budget: ParamBudget | None = None) -> None:
         self.init, self.budget = init, budget
 
-    def make(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str) -> nn.Module:
-        """``factory(**kwargs)``, refused first if it would take the model past its ``max_params``."""
+    def check_size(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str) -> None:
+        """Refuse a block that would hold more than the model's ``max_params`` (``where``: its node's path)."""
         if self.budget is not None:
             self.budget.check_before(factory, kwargs, where)
+
+    def make(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any]) -> nn.Module:
+        """``factory(**kwargs)`` with the init rules applied."""
         block = factory(**kwargs)
         if self.init is not None and isinstance(block, nn.Module):
             block.apply(self.init)

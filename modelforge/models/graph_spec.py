@@ -173,12 +173,13 @@ def _topological_order(inputs: dict[str, list[Ref]], path: str) -> list[str]:
 
 
 def parse_table(
-    nodes: Mapping[Any, Any], output: Any, path: str, is_block: Callable[[str, str], None], prune: bool = False
+    nodes: Mapping[Any, Any], output: Any, path: str, is_block: Callable[[str, str], None], prune: bool = False,
+    output_key: str = "output",
 ) -> NodeTable:
     """Check a node table; ``is_block(name, path)`` raises for a block name that does not resolve.
 
     A node that feeds nothing is an error, unless ``prune``: then every node the output does not need is left
-    out (feature maps of a backbone, without its head)."""
+    out (feature maps of a backbone, without its head). ``output_key``: the key the output was given as."""
     if not nodes:
         raise ConfigError(f"{path}.nodes", "a graph needs at least one node")
     configs: dict[str, NodeConfig] = {}
@@ -198,7 +199,7 @@ def parse_table(
     raw_out = list(output) if several else [output if output is not None else list(configs)[-1]]
     out_refs = []
     for i, text in enumerate(raw_out):
-        where = f"{path}.output[{i}]" if several else f"{path}.output"
+        where = f"{path}.{output_key}[{i}]" if several else f"{path}.{output_key}"
         ref = parse_ref(text, where)
         if ref.node not in configs:
             raise ConfigError(where, f"{ref.node!r} is not a node", allowed=list(configs),
