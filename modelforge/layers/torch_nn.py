@@ -68,7 +68,7 @@ def resolve_block(name: Any, path: str, composites: Collection[str] = ()) -> Cal
                 allowed="a name from `python -m modelforge list blocks`, or nn.<Module> such as nn.Conv2d",
             )
         torch_name = _lowercase_torch_nn().get(f"nn.{name}".lower())
-        if torch_name is not None and name not in BLOCKS.names():  # relu -> nn.ReLU, batchnorm2d -> nn.BatchNorm2d
+        if torch_name is not None and name not in BLOCKS and name not in BLOCKS.names():  # relu -> nn.ReLU
             activation = name in ACTIVATIONS.names(plugins=False)
             raise ConfigError(path, f"unknown block {name!r}", suggestions=[torch_name],
                               allowed=[*BLOCKS.names(), "nn.<any torch.nn module>"],

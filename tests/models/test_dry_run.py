@@ -136,3 +136,26 @@ def test_train_refuses_a_memory_bomb_in_one_line_under_1_gb(tmp_path: Any) -> No
         "model.max_params (1,000,000,000)")
     assert "Traceback" not in stderr and not (tmp_path / "run").exists()
     assert peak_kb < 1_000_000  # KB (Linux)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: nn.Conv2d(3, 5, 3), lambda: nn.Conv2d(3, 6, (3, 5), stride=(2, 3), padding=(1, 2), dilation=2, groups=3),
+    lambda: nn.Conv1d(4, 2, 5, stride=2), lambda: nn.Conv3d(2, 2, 3, padding=1), lambda: nn.Conv2d(3, 4, 3, padding="same"),
+    lambda: nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), lambda: nn.BatchNorm2d(3), lambda: nn.BatchNorm1d(3),
+    lambda: nn.Linear(9, 4), lambda: nn.Hardswish(), lambda: nn.Dropout(0.5)])
+def test_shape_rules_give_what_the_layers_give(make: Any) -> None:
+    """The dry run computes a plain layer's output shape by torch's formula (no kernel set up): the shapes the
+    layer gives, and no rule where the input does not fit (the layer runs and raises)."""
+    from modelforge.models.graph_dry_run import output_by_rule
+
+    block = make().eval()
+    for shape in ([0, 3, 9], [0, 3, 9, 9], [0, 3, 12, 10], [0, 4, 9, 9, 9], [0, 2, 7, 7, 7], [0, 9], [0, 2, 9]):
+        x = torch.zeros(shape)
+        by_rule = output_by_rule(block, x)
+        try:
+            with torch.no_grad():
+                expected = block(x).shape
+        except (RuntimeError, ValueError):
+            assert by_rule is None, (block, shape)
+            continue
+        assert by_rule is None or by_rule.shape == expected, (block, shape, by_rule.shape, expected)
