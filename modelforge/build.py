@@ -12,13 +12,12 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from modelforge.config import load_config, require_positive, validate
+from modelforge.config import load_config, validate
 from modelforge.errors import ConfigError, closest_names
 from modelforge.layers.initializers import INIT_RULES, initialize, make_initializer
 from modelforge.layers.kwargs import accepted_kwargs, check_kwargs
 from modelforge.models.conf_store import DEFAULTS_GROUP
 from modelforge.models.definitions import ModelFiles
-from modelforge.models.param_cap import MAX_PARAMS, check_param_count
 from modelforge.registry import MODELS
 
 MAX_PARAMS_KEY = "max_params"
@@ -73,7 +72,7 @@ def _validated(cfg: Mapping[str, Any], path: str) -> Any:
     factory = MODELS.get(name, path=f"{path}.name")
     schema = MODELS.schema(name)
     if schema is None:  # a plugin model without a schema: check options against its signature
-        options = {k: v for k, v in cfg.items() if k not in ("name", "init", MAX_PARAMS_KEY)}
+        options = {k: v for k, v in cfg.items() if k not in ("name", "init")}
         check_kwargs(factory, options, path, f"model {name!r}")
         _check_init(cfg.get("init") or {}, f"{path}.init")
         return dict(cfg)
@@ -160,30 +159,14 @@ def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFi
     factory = MODELS.get(name)
     accepted = accepted_kwargs(factory) or ()
     init = {} if "init" in accepted else values.pop("init", None) or {}
-    # A model that takes max_params counts its own size before allocating (graph); any other is made on the
-    # meta device first and counted here.
-    max_params = None if MAX_PARAMS_KEY in accepted else values.pop(MAX_PARAMS_KEY, MAX_PARAMS)
+    if MAX_PARAMS_KEY not in accepted:  # a schema's option the factory does not take: cnn and mlp check their
+        values.pop(MAX_PARAMS_KEY, None)  # size from their options, with the config (param_cap.check_sizes)
     with torch.random.fork_rng(devices=[]), naming_definitions(files):
-        if max_params is not None:
-            _check_size_on_meta(factory, values, max_params)
         if seed is not None:
             torch.manual_seed(seed)
         model = factory(**values)
         initialize(model, init)  # models that take `init` applied it themselves
     return model
-
-
-def _check_size_on_meta(factory: Any, values: Mapping[str, Any], max_params: int) -> None:
-    """The model made on the meta device (no storage, no arithmetic) and its size checked against the cap.
-    A model that cannot be made on meta is left to the real build."""
-    require_positive(max_params, f"model.{MAX_PARAMS_KEY}")
-    try:
-        with torch.device("meta"):
-            probe = factory(**values)
-    except Exception:  # noqa: BLE001  (the real build raises what is wrong, as it always did)
-        return
-    if isinstance(probe, nn.Module):
-        check_param_count(probe, max_params)  # the model's own checks passed: now its size
 
 
 def _foreign_defaults(cfg: Mapping[str, Any]) -> list[Any]:

@@ -21,7 +21,7 @@ from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import LinearBlock
 from modelforge.layers.initializers import initialize
 from modelforge.layers.macs import counts_from_children
-from modelforge.models.param_cap import PARAM_CAP_OPTION
+from modelforge.models.param_cap import PARAM_CAP_OPTION, activation_shapes, check_sizes
 from modelforge.registry import MODELS
 
 
@@ -68,6 +68,22 @@ def check_mlp(cfg: Any, path: str) -> None:
     require_positive(cfg.hidden_sizes, f"{path}.hidden_sizes", allow_empty=True)
     require_probability(cfg.dropout, f"{path}.dropout")
     make_activation(cfg.activation, f"{path}.activation")
+    check_sizes(_tensor_shapes(cfg), cfg.max_params, path)  # before anything is allocated
+
+
+def _tensor_shapes(cfg: Any) -> list[tuple[str, list[int]]]:
+    """The parameters and buffers an MLP of these options holds (name, shape), counted without making it."""
+    widths = [math.prod([cfg.in_channels, *cfg.input_size]), *cfg.hidden_sizes]
+    shapes: list[tuple[str, list[int]]] = []
+    for i, (f_in, f_out) in enumerate(zip(widths, widths[1:])):
+        shapes += [(f"hidden.{i}.linear.weight", [f_out, f_in]), (f"hidden.{i}.linear.bias", [f_out])]
+        if cfg.norm:
+            shapes += [(f"hidden.{i}.norm.{n}", [f_out]) for n in ("weight", "bias", "running_mean", "running_var")]
+            shapes.append((f"hidden.{i}.norm.num_batches_tracked", []))
+        shapes += activation_shapes(cfg.activation, f"hidden.{i}.act")
+    if cfg.n_classes is not None:
+        shapes += [("head.weight", [cfg.n_classes, widths[-1]]), ("head.bias", [cfg.n_classes])]
+    return shapes
 
 
 MLPConfig = schema_from_signature(MLP, "mlp", check=check_mlp, extra=PARAM_CAP_OPTION)

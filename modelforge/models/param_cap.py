@@ -4,14 +4,14 @@ A width or a shape typed with a few zeros too many (``enc_sizes=[100000000]``, a
 ``[100000, 100000]``) would allocate gigabytes to terabytes before anything fails. Its parameters and
 buffers are counted on torch's meta device (shapes without storage) and a model of more than the model
 option ``max_params`` refused, naming the count, the cap, its key and the largest tensor, before the real
-one is made: a whole model made on meta first (:func:`modelforge.build.build_checked_model`), or a graph
-block by block (:class:`ParamBudget`).
+one is made: a graph block by block (:class:`ParamBudget`); cnn and mlp count theirs from their options
+(:func:`check_sizes`, in their config checks), without making anything.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from torch import nn
 
 from modelforge.config import require_positive
 from modelforge.errors import ConfigError
+from modelforge.layers.activations import make_activation
 
 MAX_PARAMS = 1_000_000_000  # 4 GB of float32: ViT-H holds 632 M, the zoo's largest (vit_b_16) 86 M
 # The option, for models whose constructors do not take it: the builder reads it (modelforge.build).
@@ -33,20 +34,33 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} {_UNITS[unit]}"
 
 
-def check_param_count(model: nn.Module, max_params: int, path: str = "model", spent: int = 0,
-                      where: str | None = None) -> int:
-    """The parameters and buffers of ``model`` (on the meta device, or made) plus ``spent``: refused when more than
-    ``max_params``, naming the count, the cap's key (``path.max_params``) and the largest tensor. ``where``: the
-    config path of the part being counted (the model's ``path`` by default)."""
-    tensors = [*model.named_parameters(), *model.named_buffers()]
-    total = spent + sum(t.numel() for _, t in tensors)
+def check_param_count(model: nn.Module, max_params: int, path: str = "model", where: str | None = None) -> None:
+    """The parameters and buffers of ``model`` (on the meta device, or made): refused when more than ``max_params``,
+    naming the count, the cap's key (``path.max_params``) and the largest tensor. ``where``: the config path of
+    the part being counted (the model's ``path`` by default)."""
+    tensors = [(name, list(t.shape)) for name, t in [*model.named_parameters(), *model.named_buffers()]]
+    check_sizes(tensors, max_params, path, where)
+
+
+def check_sizes(tensors: Sequence[tuple[str, Sequence[int]]], max_params: int, path: str = "model",
+                where: str | None = None) -> None:
+    """Refuse tensors (name, shape) that hold more than ``max_params`` values in all (see :func:`check_param_count`)."""
+    require_positive(max_params, f"{path}.max_params")
+    total = sum(math.prod(shape) for _, shape in tensors)
     if total <= max_params:
-        return total
-    name, largest = max(tensors, key=lambda item: item[1].numel())
+        return
+    name, largest = max(tensors, key=lambda item: math.prod(item[1]))
     raise ConfigError(where or path, f"the model would hold {total:,} parameters and buffers ({_bytes(4 * total)} "
-                      f"as float32), more "
-                      f"than {path}.max_params ({max_params:,}); the largest is {name} {list(largest.shape)}",
+                      f"as float32), more than {path}.max_params ({max_params:,}); the largest is {name} {list(largest)}",
                       hint=f"set {path}.max_params={total} if the model really is that large")
+
+
+def activation_shapes(spec: Any, prefix: str) -> list[tuple[str, list[int]]]:
+    """The parameters of the activation ``spec`` names (a PReLU's slope; most have none), made to count them."""
+    if not spec:
+        return []
+    module = make_activation(spec)
+    return [(f"{prefix}.{name}", list(t.shape)) for name, t in [*module.named_parameters(), *module.named_buffers()]]
 
 
 class ParamBudget:

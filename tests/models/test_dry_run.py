@@ -159,3 +159,19 @@ def test_shape_rules_give_what_the_layers_give(make: Any) -> None:
             assert by_rule is None, (block, shape)
             continue
         assert by_rule is None or by_rule.shape == expected, (block, shape, by_rule.shape, expected)
+
+
+@pytest.mark.parametrize("cfg", [
+    {"name": "cnn"}, {"name": "seed_cnn"}, {"name": "cnn", "norm": False, "activation": "prelu", "n_classes": None},
+    {"name": "cnn", "enc_sizes": [8, 16, 32], "dec_sizes": [], "pool": None, "kernel_size": 5, "input_size": [20, 24]},
+    {"name": "mlp"}, {"name": "mlp", "norm": True, "hidden_sizes": [7], "activation": "prelu", "n_classes": None}])
+def test_cnn_and_mlp_count_their_size_before_they_are_made(cfg: dict[str, Any]) -> None:
+    """What the config check counts (to refuse a model above max_params) is what the model holds."""
+    from modelforge.build import validate_model_config
+    from modelforge.models import cnn, mlp
+
+    checked = validate_model_config(cfg)
+    counted = (mlp if cfg["name"] == "mlp" else cnn)._tensor_shapes(checked)
+    model = build_model(cfg)
+    held = {name: list(t.shape) for name, t in [*model.named_parameters(), *model.named_buffers()]}
+    assert dict(counted) == held
