@@ -92,15 +92,17 @@ class ParamBudget:
 
 def _bound(kwargs: Mapping[str, Any]) -> int:
     """The largest of: the product of the sizes in a list argument (a shape), the product of the three largest
-    whole-number arguments, the largest squared."""
+    whole-number arguments, the largest squared; divided by ``groups`` (a grouped convolution's weight)."""
     scalars: list[int] = []
     shapes = [1]
-    for value in kwargs.values():
+    groups = kwargs.get("groups")
+    for key, value in kwargs.items():
         if isinstance(value, (list, tuple)):
             sizes = [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v > 1]
             shapes.append(math.prod(sizes))
-        elif isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        elif isinstance(value, int) and not isinstance(value, bool) and value > 1 and key != "groups":
             scalars.append(value)
     scalars.sort()
     largest = scalars[-1] if scalars else 1
-    return max(max(shapes), math.prod(scalars[-3:]), largest * largest)
+    bound = max(max(shapes), math.prod(scalars[-3:]), largest * largest)
+    return bound // groups if isinstance(groups, int) and not isinstance(groups, bool) and groups > 1 else bound
