@@ -3,10 +3,9 @@
 Nodes are built in order, each from the outputs of the nodes before it (a dry
 run on a batch without samples: :mod:`modelforge.models.graph_dry_run`), so widths
 are inferred from shapes and every shape problem is found while building, naming
-the node. A composite block is
-built by the same code as the model's own table, one level down: no special
-path for widths, repeats, names or errors. Each node is built and run once, so
-building is linear in the number of nodes.
+the node. A composite block is built by the same code as the model's own table,
+one level down: no special path for widths, repeats, names or errors. Each node
+is built and run once, so building is linear in the number of nodes.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from modelforge.errors import ConfigError, ModelforgeError, closest_names

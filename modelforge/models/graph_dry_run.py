@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils._pytree import tree_map
 
 from modelforge.models.param_cap import ParamBudget
 from modelforge.models.shapes import shown_shape
@@ -60,13 +59,15 @@ class DryRun:
         try:
             return block(*inputs, **kwargs)
         except Exception:  # noqa: BLE001  (run again on a real batch: its error, or its output)
-            return block(*tree_map(_two_zeros, inputs), **kwargs)
+            return block(*_two_zeros(inputs), **kwargs)
         finally:
             block.train()
 
 
 def _two_zeros(value: Any) -> Any:
-    """A batch of two zeros for a tensor of an empty batch (other tensors and values as they are)."""
+    """A batch of two zeros for each tensor of an empty batch in ``value`` (tuples and lists of them, nested)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_two_zeros(v) for v in value)
     if isinstance(value, Tensor) and value.numel() == 0 and value.dim():
         return torch.zeros(shown_shape(value), dtype=value.dtype)
     return value
