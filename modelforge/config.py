@@ -65,9 +65,17 @@ def _type_name(tp: Any) -> str:
     return "any value" if tp is Any else getattr(tp, "__name__", str(tp))
 
 
+@functools.lru_cache(maxsize=256)  # a graph checks every node against the same few annotations
+def _origin_and_args(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
 def _matches(value: Any, tp: Any, path: str) -> bool:
     """True when ``value`` fits ``tp``; list elements that do not fit raise with their index."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    try:
+        origin, args = _origin_and_args(tp)
+    except TypeError:  # an unhashable annotation
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return True
     if origin in (Union, types.UnionType):
