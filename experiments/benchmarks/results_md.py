@@ -121,7 +121,8 @@ def _build(r: dict) -> list[str]:
         rows.append(f"| {m['name']} | {m['side']}x{m['side']} | {m['params']:,} | {_fmt(f[base])} | {_fmt(f[build])} | "
                     f"{ratio(m, build)} | {_fmt(f[create])} | {ratio(m, create)} | "
                     f"{'%.2f' % m['vs_224'] if 'vs_224' in m else ''} |")
-    return [*rows, "", f"Each model built three ways in one process, {r['rounds']} interleaved rounds (bench_build.py): "
+    return [*rows, "", "`python experiments/benchmarks/run.py --only build`: each model built three ways in one process, "
+            f"{r['rounds']} interleaved rounds (bench_build.py): "
             "torchvision 0.28's constructor (`torchvision.models.NAME()`, its own init; ViT-B/16 at 512: "
             "`vit_b_16(image_size=512)`), `build_model` of the config that `create_model` composes (a fresh copy "
             "each round), and `create_model(NAME, ['in_channels=3', 'n_classes=1000', 'input_size=[S,S]'])` (Hydra's "
