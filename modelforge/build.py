@@ -20,6 +20,8 @@ from modelforge.models.conf_store import DEFAULTS_GROUP
 from modelforge.models.definitions import ModelFiles
 from modelforge.registry import MODELS
 
+MAX_PARAMS_KEY = "max_params"
+
 
 def _check_init(init: Mapping[str, Any], path: str) -> None:
     for key, spec in init.items():
@@ -44,6 +46,17 @@ def naming_definitions(files: ModelFiles | None = None, path: str = "model") -> 
         exc.args = (str(ConfigError(exc.path, exc.problem, allowed=exc.allowed, suggestions=exc.suggestions,
                                     hint=exc.hint)),)
         raise
+
+
+def _feature_names(features: Sequence[str], name: Any) -> list[str]:
+    if isinstance(features, str) or not all(isinstance(f, str) for f in features):
+        raise ConfigError("features", f"expected a list of node names, got {features!r}",
+                          hint='e.g. features=["layer2", "layer3", "layer4"]')
+    schema = MODELS.schema(name) if name in MODELS else None
+    if schema is not None and "features" not in {f.name for f in dataclasses.fields(schema)}:
+        raise ConfigError("features", f"model {name!r} has no named nodes to return",
+                          hint="feature maps come from graph models (the zoo's resnet18, resnet50, convnext_tiny, ...)")
+    return list(features)
 
 
 def validate_model_config(cfg: Mapping[str, Any], path: str = "model") -> Any:
@@ -78,8 +91,12 @@ def model_config_keys(name: str) -> set[str]:
     return set(accepted_kwargs(MODELS.get(name)) or ()) | {"name", "init"}
 
 
-def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int | None = None) -> nn.Module:
+def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int | None = None,
+                features: Sequence[str] | None = None) -> nn.Module:
     """Build the model a config describes and apply its weight init.
+
+    The model is what the config describes, whatever its output: whether it fits a classifier is checked
+    where one is trained (:func:`modelforge.models.heads.check_classifier_output`).
 
     Args:
         cfg: a model config (``{name: cnn, enc_sizes: [32, 64], ...}``) as a dict,
@@ -87,6 +104,9 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
             ``model`` key is accepted too.
         seed: when given, weights are drawn from this seed without disturbing
             the caller's global random state: same seed, same weights.
+        features: names of a graph model's nodes (``["layer2", "layer3", "layer4"]``): the model returns a dict
+            of their outputs, ``model.feature_info`` gives each one's channels and reduction, and nodes none of
+            them needs are not built (the graph option ``features``).
     """
     plain = load_config(cfg)
     if "name" not in plain and isinstance(plain.get("model"), Mapping):
@@ -94,7 +114,9 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
     if isinstance(cfg, (str, Path)) and _foreign_defaults(plain) and Path(cfg).parent.name == "model":
         # a model file of a config folder whose defaults take blocks/ or another model file: Hydra composes it
         path = Path(cfg).resolve()
-        return create_model(path.stem, config_dir=path.parent.parent, seed=seed)
+        return create_model(path.stem, config_dir=path.parent.parent, seed=seed, features=features)
+    if features is not None:
+        plain["features"] = _feature_names(features, plain.get("name"))
     plain = drop_signature_defaults(plain, str(cfg) if isinstance(cfg, (str, Path)) else "model")
     files = ModelFiles(str(cfg), ()) if isinstance(cfg, (str, Path)) else None
     with naming_definitions(files):
@@ -108,40 +130,23 @@ def create_model(
     *,
     config_dir: str | Path | None = None,
     seed: int | None = None,
+    features: Sequence[str] | None = None,
 ) -> nn.Module:
     """Build a model config by name, composed by Hydra as ``model=<name>`` is on the command line.
 
     ``create_model("resnet18")``, ``create_model("yolov8_cls", ["scale=s", "n_classes=1000"])``:
-    ``overrides`` are keys of the model config. ``config_dir``: a folder of your own configs
-    (``model/``, ``blocks/``), searched before the shipped ones, as ``--config-dir`` is.
+    ``overrides`` are keys of the model config, in Hydra's syntax (``~nodes.flat`` deletes, ``+key=...`` adds).
+    ``create_model("resnet18", ["n_classes=null"])``: the model without its head (pooled features).
+    ``config_dir``: a folder of your own configs (``model/``, ``blocks/``), searched before the shipped ones,
+    as ``--config-dir`` is. ``features``: see :func:`build_model`.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     from modelforge.config import conf_dir
+    from modelforge.models.compose import compose_model
 
-    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir is not None else []
-    was_initialized = GlobalHydra.instance().is_initialized()
-    saved = GlobalHydra.instance().hydra if was_initialized else None
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            cfg = compose("summary", overrides=[f"model={name}", *extra, *(f"model.{o}" for o in overrides)])
-    except (HydraException, OmegaConfBaseException) as exc:
-        from modelforge.config import config_groups
-
-        models = config_groups().get("model", [])
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ConfigError("model", f"cannot compose model {name!r}: {first}",
-                          suggestions=closest_names(name, models)) from None
-    finally:
-        if saved is not None:
-            GlobalHydra.instance().initialize(saved)
     folders = (conf_dir(), *([Path(config_dir).resolve()] if config_dir is not None else []))  # Hydra's order
+    cfg = compose_model(name, overrides, folders)
     with naming_definitions(ModelFiles(name, folders)):
-        return build_model(model_config_from_run(cfg), seed=seed)
+        return build_model(model_config_from_run(cfg), seed=seed, features=features)
 
 
 def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFiles | None = None) -> nn.Module:
@@ -152,8 +157,10 @@ def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFi
     }
     name = values.pop("name")
     factory = MODELS.get(name)
-    takes_init = "init" in (accepted_kwargs(factory) or ())
-    init = {} if takes_init else values.pop("init", None) or {}
+    accepted = accepted_kwargs(factory) or ()
+    init = {} if "init" in accepted else values.pop("init", None) or {}
+    if MAX_PARAMS_KEY not in accepted:  # a schema's option the factory does not take: cnn and mlp check their
+        values.pop(MAX_PARAMS_KEY, None)  # size from their options, with the config (param_cap.check_sizes)
     with torch.random.fork_rng(devices=[]), naming_definitions(files):
         if seed is not None:
             torch.manual_seed(seed)

@@ -65,9 +65,17 @@ def _type_name(tp: Any) -> str:
     return "any value" if tp is Any else getattr(tp, "__name__", str(tp))
 
 
+@functools.lru_cache(maxsize=256)  # a graph checks every node against the same few annotations
+def _origin_and_args(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
 def _matches(value: Any, tp: Any, path: str) -> bool:
     """True when ``value`` fits ``tp``; list elements that do not fit raise with their index."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    try:
+        origin, args = _origin_and_args(tp)
+    except TypeError:  # an unhashable annotation
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return True
     if origin in (Union, types.UnionType):
@@ -152,14 +160,15 @@ def _field_default(default: Any) -> dict[str, Any]:
 
 
 def schema_from_signature(factory: Callable, name: str, *, check: Callable[[Any, str], None] | None = None,
-                          exclude: Sequence[str] = ()) -> type:
+                          exclude: Sequence[str] = (), extra: Mapping[str, tuple[Any, Any]] | None = None) -> type:
     """A config schema (dataclass) whose fields are ``factory``'s keyword parameters.
 
     The signature is the one home of every default: each field takes the
     parameter's annotation (``Any`` when it has none) and default (a parameter
     without one is a required key). A ``functools.partial`` gives a variant with
     other defaults. ``check(instance, path)`` holds the rules types cannot say.
-    The field ``name`` (the registered name) comes first.
+    The field ``name`` (the registered name) comes first; ``extra``: options the builder reads rather
+    than the factory (name -> (annotation, default)), last.
     """
     target = factory
     while isinstance(target, functools.partial):
@@ -170,6 +179,7 @@ def schema_from_signature(factory: Callable, name: str, *, check: Callable[[Any,
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.name in exclude:
             continue
         fields.append((param.name, hints.get(param.name, Any), dataclasses.field(**_field_default(param.default))))
+    fields += [(key, tp, dataclasses.field(**_field_default(default))) for key, (tp, default) in (extra or {}).items()]
     where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', target)}"
     namespace = {"__doc__": f"Options of model {name!r}, read from the signature of {where}.",
                  **({"check": check} if check is not None else {})}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import signal
 from collections.abc import Iterable, Iterator, Mapping
@@ -13,7 +14,12 @@ from typing import Any
 
 def closest_names(name: str, choices: Iterable[str], n: int = 1) -> list[str]:
     """Return up to ``n`` choices that look like ``name`` (for "did you mean")."""
-    return difflib.get_close_matches(str(name), [str(c) for c in choices], n=n, cutoff=0.6)
+    return list(_closest(str(name), tuple(str(c) for c in choices), n))
+
+
+@functools.lru_cache(maxsize=4096)  # a graph asks of each plain word in its arguments whether it is a misspelt name
+def _closest(name: str, choices: tuple[str, ...], n: int) -> tuple[str, ...]:
+    return tuple(difflib.get_close_matches(name, choices, n=n, cutoff=0.6))
 
 
 def closest_globs(pattern: str, names: Iterable[str], n: int = 1) -> list[str]:

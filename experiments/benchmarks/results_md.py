@@ -12,6 +12,7 @@ from pathlib import Path
 NOTE = {
     "quick": "**quick mode**: small settings (see the commands); a smoke check, not the figures to quote.",
     "full": "full settings.",
+    "smoke": "**smoke mode**: one round of the smallest settings; checks the code runs, the figures mean nothing.",
 }
 
 
@@ -105,59 +106,32 @@ def _dataread(r: dict) -> list[str]:
 
 
 def _build(r: dict) -> list[str]:
-    def ratio(figures: dict, side: str, base: str) -> str:
-        s = figures["ratios"][f"vs {base}"].get(side)
-        return f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f})" if s else ""
+    """build_model and create_model vs torchvision's constructor, per model and input size."""
+    if "models" not in r or "sides" not in r:  # recorded before the build section compared with torchvision only
+        return ["(recorded by an earlier version of the build section: run `run.py --only build` again)"]
+    base, build, create = r["sides"]
 
-    y = r["yolo"]
-    plain, forward = list(y["figures"])[:2]  # the two baselines come first
-    rows = [f"| side | median | ms per node ({y['leaf_modules']} leaf modules) | vs {plain} | vs {forward} |",
-            "|---|---:|---:|---:|---:|"]
-    rows += [f"| {side} | {_fmt(s)} | **{s['median'] / y['leaf_modules'] * 1e3:.2f}** | {ratio(y, side, plain)} | "
-             f"{ratio(y, side, forward)} |" for side, s in y["figures"].items()]
-    chains = r["chains"]
-    sides = list(next(iter(chains.values()))["figures"])
-    rows += ["", "| graph nodes | " + " | ".join(f"{side}: total; us per node" for side in sides) +
-             f" | {sides[-1]} vs {sides[0]} | vs {sides[1]} |", "|---:|" + "---:|" * (len(sides) + 2)]
-    for c in chains.values():
-        figs = c["figures"]
-        cells = [f"{_fmt(figs[side], 1e3, 'ms')}; **{figs[side]['median'] / c['graph_nodes'] * 1e6:.0f}**" for side in sides]
-        rows.append(f"| {c['graph_nodes']:,} | " + " | ".join(cells) +
-                    f" | {ratio(c, sides[-1], sides[0])} | {ratio(c, sides[-1], sides[1])} |")
-    return [*rows, "", f"First table: `{y['model']}` ({y['params']:,} parameters), and `build_model` of the config "
-            "that Hydra composes for it, vs ultralytics' Conv/Bottleneck/C2f/Classify written in plain `torch.nn` "
-            f"(bench_build.py), checked to hold the same parameters and give the same outputs; {y['rounds']} "
-            f"interleaved rounds. Per node: the modelforge build's {y['leaf_modules']} leaf modules for every side "
-            f"(the plain model has {y['plain_leaf_modules']}: its adds, chunks, concats and flatten are tensor ops; "
-            f"the builder made and dry-ran {y['graph_nodes']} blocks). Second table: {r['chain']}, `build_model` "
-            f"vs `nn.Sequential`, {r['chain_rounds']} interleaved rounds; graph nodes = leaf modules (the flatten "
-            "included). Ratios: the median over rounds of side / baseline (lowest-highest round in brackets). "
-            "modelforge runs a batch of two zeros through each node as it builds it (to infer widths); the "
-            f"'+ one forward' side adds that to the plain construction. {r['threads']} threads.",
-            *_build_torchvision(r.get("torchvision"))]
+    def ratio(m: dict, side: str) -> str:
+        s = m["ratios"][side]
+        return f"**{s['median']:.2f}x** ({s['min']:.2f}-{s['max']:.2f})"
 
-
-def _build_torchvision(t: dict | None) -> list[str]:
-    """The third table: the torchvision models, build_model vs torchvision's constructor, per graph node."""
-    if not t:
-        return []
-    sides = list(next(iter(t["models"].values()))["figures"])
-    base, forward, build = sides
-    rows = ["", "| model (depth) | graph nodes | params | " + " | ".join(f"{s}: total; ms per node" for s in sides) +
-            f" | {build} vs {base} | vs {forward} |", "|---|---:|---:|" + "---:|" * (len(sides) + 2)]
-    for label, m in t["models"].items():
-        figs = m["figures"]
-        cells = [f"{_fmt(figs[s])}; **{figs[s]['median'] / m['graph_nodes'] * 1e3:.1f}**" for s in sides]
-        ratio = [f"{x['median']:.2f}x ({x['min']:.2f}-{x['max']:.2f})"
-                 for x in (m["ratios"][f"vs {base}"][build], m["ratios"][f"vs {forward}"][build])]
-        rows.append(f"| {label} | {m['graph_nodes']:,} | {m['params']:,} | " + " | ".join(cells + ratio) + " |")
-    return [*rows, "", f"Third table: `build_model` of the config `create_model(NAME, ['in_channels=3', 'n_classes=1000', "
-            "'input_size=[224,224]', DEPTH])` composes, vs torchvision 0.28's `VisionTransformer` / `ConvNeXt` with the "
-            "arguments `vit_b_16()` / `convnext_tiny()` give them (their own init included: ConvNeXt's `trunc_normal_` of "
-            "every weight, where the YAML file draws `normal`), at their depth and at twice it; checked to hold the same "
-            "parameters, and at their own depth to give the same outputs with torchvision's weights copied in. "
-            f"{t['rounds']} interleaved rounds. Graph nodes: the blocks the builder made and dry-ran (= its leaf "
-            "modules). Building is linear in nodes when ms per node stays flat from one depth to twice it."]
+    rows = [f"| model | input | params | {base} | {build} | vs constructor | {create} | vs constructor | "
+            "build 512 / 224 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, m in r["models"].items():
+        f = m["figures"]
+        rows.append(f"| {m['name']} | {m['side']}x{m['side']} | {m['params']:,} | {_fmt(f[base])} | {_fmt(f[build])} | "
+                    f"{ratio(m, build)} | {_fmt(f[create])} | {ratio(m, create)} | "
+                    f"{'%.2f' % m['vs_224'] if 'vs_224' in m else ''} |")
+    return [*rows, "", "`python experiments/benchmarks/run.py --only build`: each model built three ways in one process, "
+            f"{r['rounds']} interleaved rounds (bench_build.py): "
+            "torchvision 0.28's constructor (`torchvision.models.NAME()`, its own init; ViT-B/16 at 512: "
+            "`vit_b_16(image_size=512)`), `build_model` of the config that `create_model` composes (a fresh copy "
+            "each round), and `create_model(NAME, ['in_channels=3', 'n_classes=1000', 'input_size=[S,S]'])` (Hydra's "
+            "compose, then the build). densenet121 is written in YAML for the benchmark "
+            "(experiments/benchmarks/configs/model/densenet121.yaml). Every model is checked first: the same parameters "
+            "as torchvision's, and at 224x224 the same outputs with torchvision's weights copied in. Ratios: the "
+            "median over rounds of side / constructor (lowest-highest round in brackets); build 512 / 224: the medians "
+            f"of build_model at each size. {r['threads']} threads."]
 
 
 def _time_to_99(r: dict) -> list[str]:
@@ -245,7 +219,7 @@ TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", 
           "hotpath": ("Hot path: per-step work removed", _hotpath),
           "dataread": ("Reading the data set in a run", _dataread),
           "startup": ("Start-up", _startup),
-          "build": ("Build time per node: the model language vs plain torch.nn", _build),
+          "build": ("Build time: the model language vs torchvision's constructors", _build),
           "time_to_99": ("Time to 99.0% test accuracy (fast recipe)", _time_to_99),
           "gpu": ("The GPU path", _gpu)}
 

@@ -14,10 +14,8 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
 - ``dataread``: reading, checking and decoding MNIST's four files, with and without the md5 check.
 - ``startup``: ``--help``, ``list``, ``summary``, and ``train`` to its first step, vs ``python -c "import torch"``
   and vs ``import torch, hydra.main, omegaconf`` (what any Hydra app on torch imports before it starts).
-- ``build``: build time per node, ``create_model``/``build_model`` vs the same modules constructed in plain
-  ``torch.nn`` (and plain + one forward, what modelforge's dry run costs): YOLOv8-cls x, and chains of
-  250/500/1000 ``nn.Linear`` graph nodes; ViT-B/16 and ConvNeXt-T vs torchvision's constructor, at their
-  depth and twice it (bench_build.py).
+- ``build``: ``build_model`` and ``create_model`` vs torchvision's own constructor for resnet50, vit_b_16,
+  convnext_tiny, mobilenet_v3_small and a DenseNet-121 written in YAML, at 224x224 and 512x512 (bench_build.py).
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
 - ``gpu``: the GPU path (precisions, channels_last, compile, a large-batch recipe, DDP over NCCL,
@@ -27,6 +25,7 @@ Runs alternate A B A B so a drift in machine speed hits both sides; each figure 
 median over repeats, and the spread is (max - min) / median.
 
     python experiments/benchmarks/run.py --quick          # < 5 min on 2 cores: small settings
+    python experiments/benchmarks/run.py --smoke --results-dir /tmp/b  # each section's code path, seconds
     python experiments/benchmarks/run.py                  # the full figures (about 15 min)
     python experiments/benchmarks/run.py --only time_to_99
 """
@@ -93,7 +92,8 @@ def interleaved(runs: dict[str, Callable[[], dict[str, float]]], repeats: int) -
 
 # ---------------------------------------------------------------- overhead
 def overhead(args: argparse.Namespace) -> dict:
-    limits = {"train": args.train_batches or 200, "val": 20, "test": 20} if args.quick else {}
+    limits = ({"train": 2, "val": 1, "test": 1} if args.smoke else
+              {"train": args.train_batches or 200, "val": 20, "test": 20} if args.quick else {})
     if args.train_batches and not args.quick:
         limits = {"train": args.train_batches}
     work = Path(tempfile.mkdtemp(prefix="mf_bench_"))
@@ -153,7 +153,7 @@ def loop(args: argparse.Namespace) -> dict:
 
     from modelforge.data import resolve_data_dir
 
-    steps, rounds = (200, 3) if args.quick else (400, 7)
+    steps, rounds = (10, 1) if args.smoke else (200, 3) if args.quick else (400, 7)
     values = measure(str(resolve_data_dir(args.data_dir)), steps, rounds)
     return {"steps": steps, "rounds": rounds, "figures": {name: summary(v) for name, v in values.items()}}
 
@@ -169,7 +169,7 @@ def hooks(args: argparse.Namespace) -> dict:
     from modelforge import build_model
 
     logging.disable(logging.INFO)  # verbose's one report would flood the output
-    batch, repeats, rounds = (128, 4, 3) if args.quick else (128, 30, 5)
+    batch, repeats, rounds = (16, 1, 1) if args.smoke else (128, 4, 3) if args.quick else (128, 30, 5)
     model = build_model({"name": "cnn"}, seed=0)
     plain = hand_written_cnn(model)
     x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
@@ -206,7 +206,7 @@ def hotpath(args: argparse.Namespace) -> dict:
              "train accuracy per step: after (update, no validation)": ("m.update(l, y)", after, 1),
              "train accuracy per step: now (argmax per step, one update per 32 steps)": (every_32, gathered, 32)}
     values: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(3 if args.quick else 7):
+    for _ in range(1 if args.smoke else 3 if args.quick else 7):
         for name, (stmt, metric, steps) in cases.items():
             timer = benchmark.Timer(stmt, globals={"m": metric, "l": logits, "y": y, "torch": torch})
             values[name].append(timer.blocked_autorange(min_run_time=0.2).median / steps)
@@ -230,7 +230,7 @@ def dataread(args: argparse.Namespace) -> dict:
         return run
 
     values = interleaved({"read + md5 (data.verify=true, the default)": read(True),
-                          "read only (data.verify=false)": read(False)}, 3 if args.quick else 7)
+                          "read only (data.verify=false)": read(False)}, 1 if args.smoke else 3 if args.quick else 7)
     return {"data_dir": str(data_dir), "figures": {name: summary(v["s"]) for name, v in values.items()}}
 
 
@@ -259,66 +259,31 @@ def startup(args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------- build
 def build(args: argparse.Namespace) -> dict:
-    """Build time per node: modelforge's build vs the same modules constructed in plain torch.nn (interleaved)."""
+    """build_model and create_model vs torchvision's constructor, five models at 224 and 512 (interleaved)."""
     import torch
-    from bench_build import (
-        CHAIN_INPUT,
-        CHAIN_WIDTH,
-        PLAIN,
-        PLAIN_FORWARD,
-        YOLO_NAME,
-        YOLO_OVERRIDES,
-        chain_sides,
-        check_chain,
-        check_yolo,
-        compose_yolo,
-        yolo_sides,
-    )
+    from bench_build import BUILD, CREATE, MODELS, SIDES, TORCHVISION, check, compose, overrides, sides
 
-    def ratios(values: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, dict[str, float]]]:
-        """Per side, the median over rounds of side / baseline (each round ran them back to back)."""
-        return {f"vs {base}": {side: summary([a / b for a, b in zip(v["s"], values[base]["s"])])
-                               for side, v in values.items() if side != base} for base in (PLAIN, PLAIN_FORWARD)}
-
-    yolo_rounds, chain_rounds = (3, 5) if args.quick else (7, 11)
-    cfg = compose_yolo()
-    shape = check_yolo(cfg)  # same parameters (57,422,840) and outputs, before any timing
-    runs = yolo_sides(cfg)
-    for run in runs.values():  # warm: Hydra's first compose, torch's first kernels of each shape
-        run()
-    values = interleaved(runs, yolo_rounds)
-    yolo = {"model": f"create_model({YOLO_NAME!r}, {YOLO_OVERRIDES})", **shape, "rounds": yolo_rounds,
-            "figures": {side: summary(v["s"]) for side, v in values.items()}, "ratios": ratios(values)}
-    chains = {}
-    for n in (250, 500, 1000):
-        shape = check_chain(n)
-        runs = chain_sides(n)
-        for run in runs.values():
-            run()
-        values = interleaved(runs, chain_rounds)
-        chains[str(n)] = {**shape, "figures": {side: summary(v["s"]) for side, v in values.items()},
-                          "ratios": ratios(values)}
-    return {"threads": torch.get_num_threads(), "yolo": yolo, "chain_rounds": chain_rounds,
-            "chain": f"flatten of {CHAIN_INPUT}, then N nn.Linear nodes of {CHAIN_WIDTH} outputs", "chains": chains,
-            "torchvision": build_torchvision(args)}
-
-
-def build_torchvision(args: argparse.Namespace) -> dict:
-    """ViT-B/16 and ConvNeXt-T: build_model vs torchvision's constructor, at their depth and at twice it."""
-    from bench_build import DEPTHS, TORCHVISION, TORCHVISION_FORWARD, check_torchvision, compose_torchvision, torchvision_sides
-
-    rounds, models = (2 if args.quick else 5), {}
-    for name, (key, _, depths) in DEPTHS.items():
-        for depth in depths:
-            cfg = compose_torchvision(name, depth)
-            shape = check_torchvision(name, cfg, depth)  # same parameters (and outputs at torchvision's depth)
-            values = interleaved(torchvision_sides(name, cfg, depth), rounds)
-            models[f"{name} {key}={depth}"] = {
-                **shape, "figures": {side: summary(v["s"]) for side, v in values.items()},
-                "ratios": {f"vs {base}": {side: summary([a / b for a, b in zip(v["s"], values[base]["s"])])
-                                          for side, v in values.items() if side != base}
-                           for base in (TORCHVISION, TORCHVISION_FORWARD)}}
-    return {"rounds": rounds, "models": models}
+    rounds = 1 if args.smoke else 3 if args.quick else 7
+    chosen = MODELS[-1:] if args.smoke else MODELS  # smoke: the densenet graph alone, its code path
+    models = {}
+    for name in chosen:
+        for side in SIDES:
+            cfg = compose(name, side)
+            shape = check(name, side, cfg, outputs=not args.smoke)  # same parameters (and outputs) before timing
+            runs = sides(name, side, cfg)
+            for run in runs.values() if not args.smoke else ():  # warm: Hydra's first compose, torch's first kernels
+                run()
+            values = interleaved(runs, rounds)
+            models[f"{name} {side}"] = {
+                "name": name, "side": side, "overrides": overrides(side), **shape,
+                "figures": {s: summary(v["s"]) for s, v in values.items()},
+                "ratios": {s: summary([a / b for a, b in zip(v["s"], values[TORCHVISION]["s"])])
+                           for s, v in values.items() if s != TORCHVISION}}
+    for name in chosen:  # build time at 512 over build time at 224 (medians): the same when shapes cost nothing
+        small, large = models[f"{name} {SIDES[0]}"], models[f"{name} {SIDES[1]}"]
+        large["vs_224"] = large["figures"][BUILD]["median"] / small["figures"][BUILD]["median"]
+    return {"threads": torch.get_num_threads(), "rounds": rounds, "sides": [TORCHVISION, BUILD, CREATE],
+            "models": models}
 
 
 # ---------------------------------------------------------------- time to 99%
@@ -360,6 +325,10 @@ def _markdown(results_dir: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small settings: under 5 minutes on 2 cores")
+    parser.add_argument("--smoke", action="store_true", help="the smallest settings, one round each: checks that each "
+                        "section runs (tests/test_benchmarks_run.py), its figures mean nothing")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where results/*.json and RESULTS.md "
+                        "are written (default: the recorded ones, experiments/benchmarks/results)")
     parser.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
     parser.add_argument("--repeats", type=int, default=None, help="pairs per comparison (default 2 quick, 3 full)")
     parser.add_argument("--train-batches", type=int, default=None, help="overhead: training batches per epoch "
@@ -369,14 +338,12 @@ def main() -> None:
     parser.add_argument("--accelerator", default="gpu", help="gpu: the accelerator of the gpu section "
                         "(cpu: a quick check of the section's plumbing, 2 batches per stage)")
     add_gpu_arguments(parser)
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
-                        help="where the sections' JSON go (default: results/ here, and RESULTS.md beside it; "
-                             "another folder gets its own RESULTS.md)")
     parser.add_argument("--note", default="", help="conditions to record with the figures (e.g. 'idle machine')")
     parser.add_argument("--data-dir", default=os.environ.get("MODELFORGE_DATA"),
                         help="MNIST folder (default: $MODELFORGE_DATA, else modelforge's default)")
     args = parser.parse_args()
-    args.repeats = args.repeats or (2 if args.quick else 3)
+    args.quick = args.quick or args.smoke
+    args.repeats = args.repeats or (1 if args.smoke else 2 if args.quick else 3)
     chosen = args.only or [s for s in SECTIONS if s not in ON_REQUEST]
     args.results_dir.mkdir(parents=True, exist_ok=True)
     sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "dataread": dataread,
@@ -385,7 +352,8 @@ def main() -> None:
         print(f"== {name}", flush=True)
         started = time.perf_counter()
         result = sections[name](args)
-        result.update(mode="quick" if args.quick else "full", note=args.note, commit=current_commit(),
+        result.update(mode="smoke" if args.smoke else "quick" if args.quick else "full", note=args.note,
+                      commit=current_commit(),
                       seconds=round(time.perf_counter() - started, 1), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         write_atomic(args.results_dir / f"{name}.json", json.dumps(result, indent=2) + "\n")  # never half a file
     print(write_results(args.results_dir, _markdown(args.results_dir)))

@@ -32,6 +32,8 @@ from modelforge import errors
 from modelforge.cli.run_checks import forget_validated
 from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error, yaml_file_error
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
+from modelforge.models.compose import config_folders, defaults_cycle_error
+from modelforge.models.definitions import missing_defaults_hint
 from modelforge.report.console import quiet_library_notices
 from modelforge.sweep.callback import (
     exit_if_jobs_failed,
@@ -277,6 +279,8 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
         return exc
     if isinstance(exc, yaml.YAMLError):  # a config file Hydra read: !!python/object tags are refused by its loader
         return yaml_file_error(exc)
+    if isinstance(exc, RecursionError):  # Hydra's answer to a config file whose defaults list includes itself
+        return defaults_cycle_error(config_folders(cmd.folders))
     reported = (hydra_errors.CompactHydraException, omegaconf_errors.OmegaConfBaseException)
     if isinstance(exc, (hydra_errors.InstantiationException, SweepJobError)) or not isinstance(exc, reported):
         return None
@@ -347,6 +351,9 @@ def _unknown_key(cause: omegaconf_errors.OmegaConfBaseException, cmd: CommandLin
         hint = f"{key} is a config group: select the option first, e.g. {key}=[{after}]"
     elif parent and key in cmd.group_options(parent.replace(".", "/")):
         hint = f"'{key}' is an option of the {parent} group: select it first, e.g. {parent}=[{key}]"
+    elif parent == "model" and (line := missing_defaults_hint(next(
+            (o.get_value_string() for o in cmd.overrides if o.key_or_group == "model"), None), config_folders(cmd.folders))):
+        hint = line  # a model file without its /model_defaults/... line
     else:  # a structured config (as Hydra's own) takes no new key; the top level (TrainConfig) does
         adds = not parent or OmegaConf.get_type(node) is dict
         hint = f"to add a key that is not in the config, write +{full}=..." if adds else None

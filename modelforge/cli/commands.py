@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import fnmatch
 import importlib
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,9 +96,20 @@ def _shipped_options(group: str | None, pattern: str) -> list[tuple[str, str]]:
             for f in files if fnmatch.fnmatch(f.stem, pattern)]
 
 
-def _table(rows: list[tuple[str, str]]) -> list[str]:
-    width = max((len(name) for name, _ in rows), default=0)
-    return [f"  {name.ljust(width)}  {about}" for name, about in rows]
+def _table(rows: list[tuple[str, str]], columns: int = 100, name_column: int = 24) -> list[str]:
+    """Rows of ``name  about`` in ``columns``: the text wrapped under itself, and a name wider than the name
+    column (a composite with its parameters) on a line of its own, its text on the next."""
+    width = min(max((len(name) for name, _ in rows), default=0), name_column)
+    indent = " " * (width + 4)
+    lines = []
+    for name, about in rows:
+        if len(name) > width:
+            lines += [*textwrap.wrap(name, columns, initial_indent="  ", subsequent_indent="    "),
+                      *textwrap.wrap(about, columns, initial_indent=indent, subsequent_indent=indent)]
+        else:
+            lines += textwrap.wrap(f"{name.ljust(width)}  {about}", columns, initial_indent="  ",
+                                   subsequent_indent=indent) or [f"  {name}"]
+    return lines
 
 
 def _model_files(folders: list[Path | None], pattern: str) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ their meaning.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ class ElementFormula:
         return f"lambda {', '.join(self.args)}: {self.body}"
 
 
+@functools.lru_cache(maxsize=4096)  # a graph parses the same few argument strings at every node
 def _parse(text: str) -> ast.expr | None:
     try:
         return ast.parse(text.strip(), mode="eval").body
@@ -105,10 +107,48 @@ def resolve_string(text: str, names: Mapping[str, Any], path: str) -> Any:
             raise ConfigError(path, f"{text!r} is not a parameter here", suggestions=close,
                               allowed=sorted(names), hint=f"to pass the word {text!r} itself, quote it: \"'{text}'\"")
         return text
-    if not any(isinstance(n, ast.Constant) and not isinstance(n.value, str)
-               or isinstance(n, ast.Name) and (n.id in names or n.id in _CALLS) for n in ast.walk(tree)):
+    numbers, words = _numbers_and_names(tree)
+    if not numbers and not any(word in names or word in _CALLS for word in words):
         return text  # words and punctuation without a parameter or a number: "leaky-relu", "nn.GELU"
-    return _evaluate_tree(tree, text, names, path)
+    key = _evaluation_key(text, words, names)
+    if key in _EVALUATED:
+        return _EVALUATED[key]
+    value = _evaluate_tree(tree, text, names, path)
+    if key is not None and (value is None or isinstance(value, (bool, int, float, str))):
+        if len(_EVALUATED) >= 4096:
+            _EVALUATED.clear()
+        _EVALUATED[key] = value
+    return value
+
+
+# An expression's value from the values of the names it reads: a graph evaluates the same few expressions with
+# the same parameters at every copy of a block (numbers and words only; an error is never stored).
+_EVALUATED: dict[tuple[Any, ...], Any] = {}
+
+
+def _evaluation_key(text: str, words: frozenset[str], names: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    read = []
+    for word in sorted(words):
+        value = names.get(word, _CONSTANTS.get(word))
+        if isinstance(value, list):
+            value = tuple(value)
+        if not (value is None or isinstance(value, (bool, int, float, str, tuple))):
+            return None
+        read.append((word, word in names, type(value).__name__, value))
+    key = (text, *read)
+    try:
+        hash(key)
+    except TypeError:  # a list inside a list
+        return None
+    return key
+
+
+@functools.lru_cache(maxsize=4096)  # of a parsed (cached) tree: asked at every node
+def _numbers_and_names(tree: ast.expr) -> tuple[bool, frozenset[str]]:
+    """Whether an expression holds a number, and the names it holds."""
+    nodes = list(ast.walk(tree))
+    return (any(isinstance(n, ast.Constant) and not isinstance(n.value, str) for n in nodes),
+            frozenset(n.id for n in nodes if isinstance(n, ast.Name)))
 
 
 def names_in(value: Any) -> set[str]:

@@ -14,6 +14,7 @@ from the last dimension, ``num_tokens`` from the second). ``flatten`` is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -137,9 +138,13 @@ class Reshape(nn.Module):
         return [*dims[:self._lead], *middle, *dims[len(dims) - self._trail:]]
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self._lead and not self._trail:
-            return x.reshape(x.shape[0], *self.shape)
-        return x.reshape(x.shape[0], *self._sizes(x.shape[1:]))
+        sizes = self._sizes(x.shape[1:]) if self._lead or self._trail else list(self.shape)
+        if -1 in sizes:  # inferred from the sample, not the batch: torch cannot infer it for an empty batch
+            known = math.prod(s for s in sizes if s != -1)
+            sample = math.prod(x.shape[1:])
+            if known and sample % known == 0:
+                sizes[sizes.index(-1)] = sample // known
+        return x.reshape(x.shape[0], *sizes)
 
     def check_shapes(self, shapes: Sequence[Sequence[int]]) -> str | None:
         """Each 0 keeps a size the input has."""

@@ -8,6 +8,7 @@ so a config or a checkpoint can never run code of its choosing.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -37,8 +38,9 @@ WIDTH_ARGS: dict[str, tuple[int, Callable[[Sequence[int]], Any], int]] = {
 }
 
 
+@functools.cache  # read on every node a graph builds
 def torch_nn_modules() -> list[str]:
-    """Every ``nn.Module`` subclass in the ``torch.nn`` namespace, as ``nn.X``."""
+    """Every ``nn.Module`` subclass in the ``torch.nn`` namespace, as ``nn.X`` (one list: do not change it)."""
     return sorted(
         f"nn.{name}" for name, obj in vars(nn).items()
         if inspect.isclass(obj) and issubclass(obj, nn.Module) and not name.startswith("_")
@@ -65,8 +67,8 @@ def resolve_block(name: Any, path: str, composites: Collection[str] = ()) -> Cal
                 "a config may name only those (modelforge never imports a module a config names)",
                 allowed="a name from `python -m modelforge list blocks`, or nn.<Module> such as nn.Conv2d",
             )
-        torch_name = {n.lower(): n for n in torch_nn_modules()}.get(f"nn.{name}".lower())
-        if name not in BLOCKS.names() and torch_name is not None:  # relu -> nn.ReLU, batchnorm2d -> nn.BatchNorm2d
+        torch_name = _lowercase_torch_nn().get(f"nn.{name}".lower())
+        if torch_name is not None and name not in BLOCKS and name not in BLOCKS.names():  # relu -> nn.ReLU
             activation = name in ACTIVATIONS.names(plugins=False)
             raise ConfigError(path, f"unknown block {name!r}", suggestions=[torch_name],
                               allowed=[*BLOCKS.names(), "nn.<any torch.nn module>"],
@@ -90,12 +92,26 @@ def resolve_block(name: Any, path: str, composites: Collection[str] = ()) -> Cal
     return obj
 
 
+@functools.cache
+def _lowercase_torch_nn() -> dict[str, str]:
+    return {n.lower(): n for n in torch_nn_modules()}
+
+
 def infer_widths(factory: Callable, args: dict[str, Any], shapes: Sequence[Sequence[int]]) -> dict[str, Any]:
     """``args`` with the width arguments ``factory`` takes and the node left out filled from ``shapes``
     (one per input)."""
-    accepted = accepted_kwargs(factory) or []
+    try:
+        rules = _width_args(factory)
+    except TypeError:  # an unhashable callable: not cached
+        rules = _width_args.__wrapped__(factory)
     filled = dict(args)
-    for key, (which, from_shape, min_dims) in WIDTH_ARGS.items():
-        if key in accepted and key not in filled and which < len(shapes) and len(shapes[which]) >= min_dims:
+    for key, (which, from_shape, min_dims) in rules:
+        if key not in filled and which < len(shapes) and len(shapes[which]) >= min_dims:
             filled[key] = from_shape(list(shapes[which]))
     return filled
+
+
+@functools.lru_cache(maxsize=1024)  # asked at every node a graph builds
+def _width_args(factory: Callable) -> tuple[tuple[str, tuple[int, Callable[[Sequence[int]], Any], int]], ...]:
+    accepted = accepted_kwargs(factory) or []
+    return tuple((key, rule) for key, rule in WIDTH_ARGS.items() if key in accepted)

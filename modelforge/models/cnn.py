@@ -22,6 +22,7 @@ from modelforge.layers.activations import make_activation
 from modelforge.layers.blocks import ConvBlock, LinearBlock
 from modelforge.layers.initializers import initialize
 from modelforge.layers.macs import counts_from_children
+from modelforge.models.param_cap import PARAM_CAP_OPTION, activation_shapes, check_sizes
 from modelforge.models.shapes import encoder_sizes
 from modelforge.registry import MODELS
 
@@ -45,7 +46,7 @@ class CNN(nn.Module):
         self,
         in_channels: int = 1,
         input_size: Sequence[int] = (28, 28),
-        n_classes: int = 10,
+        n_classes: int | None = 10,
         enc_sizes: Sequence[int] = (32, 64),
         dec_sizes: Sequence[int] = (128,),
         activation: Any = "relu",
@@ -77,7 +78,9 @@ class CNN(nn.Module):
         self.decoder = nn.Sequential(
             *[LinearBlock(f_in, f_out, dec_activation, dropout=dropout) for f_in, f_out in zip(widths, widths[1:])]
         )
-        self.head = nn.Linear(widths[-1], n_classes)
+        # n_classes null: no head, the decoder's features are the output
+        self.head = nn.Linear(widths[-1], n_classes) if n_classes is not None else nn.Identity()
+        self.output_shape = (n_classes if n_classes is not None else widths[-1],)  # per sample
         initialize(self, init or {})
 
     def forward(self, x: Tensor) -> Tensor:
@@ -93,7 +96,9 @@ seed_cnn = functools.partial(CNN, dec_sizes=(1024,), padding=1, pool=None, dropo
 
 def check_cnn(cfg: Any, path: str) -> None:
     """The rules of a CNN config that types cannot say."""
-    for key in ("in_channels", "n_classes", "enc_sizes", "kernel_size", "stride", "pool_size"):
+    if cfg.n_classes is not None:
+        require_positive(cfg.n_classes, f"{path}.n_classes")
+    for key in ("in_channels", "enc_sizes", "kernel_size", "stride", "pool_size"):
         require_positive(getattr(cfg, key), f"{path}.{key}")
     require_positive(cfg.dec_sizes, f"{path}.dec_sizes", allow_empty=True)
     require_positive(cfg.input_size, f"{path}.input_size")
@@ -107,6 +112,31 @@ def check_cnn(cfg: Any, path: str) -> None:
     if cfg.dec_activation is not None:
         make_activation(cfg.dec_activation, f"{path}.dec_activation")
     _check_shapes(cfg, path)
+    check_sizes(_tensor_shapes(cfg), cfg.max_params, path)  # before anything is allocated
+
+
+def _tensor_shapes(cfg: Any) -> list[tuple[str, list[int]]]:
+    """The parameters and buffers a CNN of these options holds (name, shape), counted without making it."""
+    padding = cfg.kernel_size // 2 if cfg.padding is None else cfg.padding
+    channels = [cfg.in_channels, *cfg.enc_sizes]
+    shapes: list[tuple[str, list[int]]] = []
+    for i, (c_in, c_out) in enumerate(zip(channels, channels[1:])):
+        shapes += [(f"encoder.{i}.conv.weight", [c_out, c_in, cfg.kernel_size, cfg.kernel_size]),
+                   (f"encoder.{i}.conv.bias", [c_out])]
+        if cfg.norm:
+            shapes += [(f"encoder.{i}.norm.{n}", [c_out]) for n in ("weight", "bias", "running_mean", "running_var")]
+            shapes.append((f"encoder.{i}.norm.num_batches_tracked", []))
+        shapes += activation_shapes(cfg.activation, f"encoder.{i}.act")
+    h, w = encoder_sizes(cfg.input_size, len(cfg.enc_sizes), cfg.kernel_size, cfg.stride, padding,
+                         cfg.pool_size if cfg.pool else None)[-1]
+    widths = [channels[-1] * h * w, *cfg.dec_sizes]
+    activation = cfg.activation if cfg.dec_activation is None else cfg.dec_activation
+    for i, (f_in, f_out) in enumerate(zip(widths, widths[1:])):
+        shapes += [(f"decoder.{i}.linear.weight", [f_out, f_in]), (f"decoder.{i}.linear.bias", [f_out]),
+                   *activation_shapes(activation, f"decoder.{i}.act")]
+    if cfg.n_classes is not None:
+        shapes += [("head.weight", [cfg.n_classes, widths[-1]]), ("head.bias", [cfg.n_classes])]
+    return shapes
 
 
 def _check_shapes(cfg: Any, path: str) -> None:
@@ -129,8 +159,8 @@ def _check_shapes(cfg: Any, path: str) -> None:
             )
 
 
-CNNConfig = schema_from_signature(CNN, "cnn", check=check_cnn)
-SeedCNNConfig = schema_from_signature(seed_cnn, "seed_cnn", check=check_cnn)
+CNNConfig = schema_from_signature(CNN, "cnn", check=check_cnn, extra=PARAM_CAP_OPTION)
+SeedCNNConfig = schema_from_signature(seed_cnn, "seed_cnn", check=check_cnn, extra=PARAM_CAP_OPTION)
 
 MODELS.add("cnn", CNN, schema=CNNConfig, description="Conv-block encoder + linear-block decoder + classifier head")
 MODELS.add(

@@ -95,3 +95,68 @@ def _line(root: yaml.Node | None, keys: Sequence[str], required: int = 1) -> int
             return line if depth >= required else None
         line, node = entry[0].start_mark.line + 1, entry[1]
     return line
+
+
+def missing_defaults_hint(model: str | None, folders: Sequence[Path]) -> str | None:
+    """The line a model file lacks when it has no ``/model_defaults/<name>@_here_`` in its defaults list (the
+    entry that gives it the keys in_channels, input_size, n_classes, ...); None when it has it or is not found."""
+    path = ModelFiles(model, tuple(folders))._config("model", model) if model else None
+    root = _compose(path) if path is not None and path.is_file() else None
+    if root is None:
+        return None
+    defaults = _value(root, "defaults")
+    entries = [str(n.value) for n in defaults.value] if isinstance(defaults, yaml.SequenceNode) else []
+    if any(e.lstrip("/").startswith("model_defaults/") for e in entries):
+        return None
+    name = _value(root, "name")
+    entry = f"/model_defaults/{name.value if isinstance(name, yaml.ScalarNode) else 'graph'}@_here_"
+    return (f"{path} has no `- {entry}` in its defaults list, the line that gives a model file its keys "
+            f"(in_channels, input_size, n_classes, ...): start the file with `defaults: [{entry}, _self_]`")
+
+
+def defaults_cycle(folders: Sequence[Path]) -> tuple[Path, list[str]] | None:
+    """A config file of ``folders`` whose defaults list includes itself, directly or through other files (Hydra
+    recurses until Python gives up): the file and the cycle (``blocks/loop -> blocks/loop``); None if none does."""
+    files: dict[str, Path] = {}
+    for folder in reversed(list(folders)):  # the first folder wins, as in Hydra's search path
+        for path in Path(folder).glob("*/**/*.yaml"):
+            files[path.relative_to(folder).with_suffix("").as_posix()] = path
+    state: dict[str, str] = {}
+
+    def visit(config: str, trail: list[str]) -> list[str] | None:
+        if state.get(config) == "visiting":
+            return [*trail[trail.index(config):], config]
+        if state.get(config) == "done" or config not in files:
+            return None
+        state[config] = "visiting"
+        for entry in _default_entries(_compose(files[config]), config.rpartition("/")[0]):
+            if (cycle := visit(entry, [*trail, config])) is not None:
+                return cycle
+        state[config] = "done"
+        return None
+
+    for config in files:
+        if (cycle := visit(config, [])) is not None:
+            return files[cycle[0]], cycle
+    return None
+
+
+def _default_entries(root: yaml.Node | None, group: str) -> list[str]:
+    """The configs a defaults list names (``group/option``), relative entries resolved against ``group``."""
+    defaults = _value(root, "defaults")
+    named = []
+    for node in defaults.value if isinstance(defaults, yaml.SequenceNode) else []:
+        if isinstance(node, yaml.ScalarNode):
+            named.append(node.value)
+        elif isinstance(node, yaml.MappingNode) and len(node.value) == 1:
+            key, value = node.value[0]
+            words = str(key.value).split()
+            if isinstance(value, yaml.ScalarNode) and value.value not in (None, "null", "") and words:
+                named.append(f"{words[-1]}/{value.value}")
+    out = []
+    for entry in named:
+        entry = entry.partition("@")[0]
+        if entry == "_self_" or not entry:
+            continue
+        out.append(entry[1:] if entry.startswith("/") else f"{group}/{entry}" if group else entry)
+    return out

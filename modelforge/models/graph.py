@@ -6,8 +6,9 @@ a registered name (``conv``, ``add``, ...), any ``torch.nn`` module class
 (``nn.Conv2d``, ``torch.nn.LayerNorm``) or a composite block defined in the
 model's ``blocks`` table (see :mod:`modelforge.models.graph_spec`); nothing
 else resolves. Widths (``in_channels``, ``in_features``, ``num_features``,
-``normalized_shape``, ``embed_dim``, ...) are inferred by running a dummy
-batch through the nodes as they are built.
+``normalized_shape``, ``embed_dim``, ...) are inferred from the shapes of a batch
+run through the nodes as they are built, a batch without samples: shapes without
+arithmetic (:mod:`modelforge.models.graph_dry_run`).
 
 ``repeat: N`` stacks N copies of a one-input node, each with its own parameters
 and widths inferred from the copy before it; in ``named_modules()`` they are
@@ -16,8 +17,13 @@ and widths inferred from the copy before it; in ``named_modules()`` they are
 model's parameters (``in_channels``, ``n_classes``, ``params``) and, in a
 repeated node, ``index`` (:mod:`modelforge.layers.expressions`). A ``scales``
 table with ``scale`` multiplies depths and widths (:mod:`modelforge.models.scales`).
-``max_repeat`` and ``max_nodes`` cap the size before anything is built
-(:mod:`modelforge.models.graph_bounds`); a classifier's output must be ``n_classes`` wide.
+``max_repeat``, ``max_nodes`` and ``max_params`` cap the size before anything is
+allocated (:mod:`modelforge.models.graph_bounds`, :mod:`modelforge.models.param_cap`).
+
+The builder builds what the config describes, whatever its output: ``n_classes: null``
+leaves the head out (every node whose arguments use ``n_classes``), and ``features``
+returns a dict of named nodes' outputs (feature maps). Whether the output fits a
+classifier is checked where one is trained (:mod:`modelforge.models.heads`).
 """
 
 from __future__ import annotations
@@ -30,49 +36,68 @@ from torch import Tensor, nn
 
 from modelforge.config import require_positive, schema_from_signature
 from modelforge.errors import ConfigError
-from modelforge.layers.initializers import initialize
+from modelforge.layers.expressions import resolve_args
+from modelforge.layers.initializers import make_init_fn
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.models.graph_bounds import MAX_NODES, MAX_REPEAT, Bounds, check_size
-from modelforge.models.graph_build import Graph, GraphBuilder
+from modelforge.models.graph_build import Graph, GraphBuilder, source_label
+from modelforge.models.graph_dry_run import DryRun, empty_batch
 from modelforge.models.graph_spec import Composite, NodeTable, parse_blocks, parse_table
-from modelforge.models.scales import choose_scale
+from modelforge.models.param_cap import MAX_PARAMS, ParamBudget, check_param_count
+from modelforge.models.scales import Scale, choose_scale
 from modelforge.registry import MODELS
 
 
 @counts_from_children
 class GraphModel(nn.Module):
-    """A model whose ``nodes`` (a :class:`~modelforge.models.graph_build.Graph`) run in order on the input image."""
+    """A model whose ``nodes`` (a :class:`~modelforge.models.graph_build.Graph`) run in order on the input image.
 
-    def __init__(self, nodes: Graph, input_shape: tuple[int, ...]) -> None:
+    ``output_shape``: the output's shape per sample (None when the model returns several outputs);
+    ``output_node``: the node it comes from. With ``features``, the model returns a dict of those nodes'
+    outputs, described in ``feature_info`` as timm describes its feature maps (``module``, ``num_chs``,
+    ``reduction``).
+    """
+
+    def __init__(self, nodes: Graph, input_shape: tuple[int, ...], output_shape: tuple[int, ...] | None = None,
+                 output_node: str | None = None, features: Sequence[str] = (),
+                 feature_info: Sequence[dict[str, Any]] = ()) -> None:
         super().__init__()
         self.nodes = nodes
         self.input_shape = input_shape
+        self.output_shape = output_shape
+        self.output_node = output_node
+        self.features = list(features)
+        self.feature_info = list(feature_info)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.nodes(x)
+    def forward(self, x: Tensor) -> Any:
+        out = self.nodes(x)
+        return dict(zip(self.features, out)) if self.features else out
 
 
-def _model_scope(in_channels: int, input_size: Sequence[int], n_classes: int,
+def _model_scope(in_channels: int, input_size: Sequence[int], n_classes: int | None,
                  params: Mapping[str, Any] | None, path: str) -> dict[str, Any]:
-    """The names a model's own node arguments may use."""
+    """The names a model's own node arguments may use; a parameter may be an expression of those before it."""
     scope: dict[str, Any] = {"in_channels": in_channels, "input_size": list(input_size), "n_classes": n_classes}
     for key, value in (params or {}).items():
         if key in scope:
             raise ConfigError(f"{path}.params.{key}", f"{key!r} is a model option; set {path}.{key} instead")
-        scope[str(key)] = value
+        scope[str(key)] = resolve_args(value, scope, f"{path}.params.{key}")
     return scope
 
 
 def parse_graph(nodes: Mapping[str, Any], output: Any, blocks: Mapping[str, Any] | None,
-                path: str) -> tuple[dict[str, Composite], NodeTable]:
-    """The model's composites and node table, checked (nothing is built)."""
+                path: str, features: Sequence[str] | None = None) -> tuple[dict[str, Composite], NodeTable]:
+    """The model's composites and node table, checked (nothing is built); with ``features``, those are the
+    outputs and nodes none of them needs are left out rather than refused."""
     composites = parse_blocks(blocks, path)
 
     def is_block(name: str, where: str) -> None:
         if name not in composites:
             resolve_block(name, where, composites=composites)
 
+    if features:
+        return composites, parse_table(nodes, list(features), path, is_block, prune=True, output_key="features")
     return composites, parse_table(nodes, output, path, is_block)
 
 
@@ -80,32 +105,54 @@ def check_graph(cfg: Any, path: str) -> None:
     """The rules of a graph config checked before any work: sizes, blocks, wiring, scale, bounds."""
     require_positive(cfg.in_channels, f"{path}.in_channels")
     require_positive(cfg.input_size, f"{path}.input_size")
-    require_positive(cfg.n_classes, f"{path}.n_classes")
-    _checked_graph(cfg.nodes, cfg.in_channels, cfg.input_size, cfg.n_classes, cfg.output, cfg.params, cfg.blocks,
-                   cfg.scales, cfg.scale, cfg.max_repeat, cfg.max_nodes, path)
+    if cfg.n_classes is not None:
+        require_positive(cfg.n_classes, f"{path}.n_classes")
+    _checked_graph(cfg.nodes, cfg.in_channels, cfg.input_size, cfg.n_classes, cfg.output, cfg.features, cfg.params,
+                   cfg.blocks, cfg.scales, cfg.scale, cfg.max_repeat, cfg.max_nodes, path)
 
 
-def _checked_graph(nodes: Mapping[str, Any], in_channels: int, input_size: Sequence[int], n_classes: int, output: Any,
-                   params: Mapping[str, Any] | None, blocks: Mapping[str, Any] | None, scales: Mapping[str, Any] | None,
-                   scale: str | None, max_repeat: int, max_nodes: int,
-                   path: str) -> tuple[GraphBuilder, NodeTable, dict[str, Any]]:
-    """A builder, the model's table and its names, all checked: wiring, scale, bounds on its size (nothing built)."""
+# The last config checked and what checking it gave: build_model validates a config, then builds the same
+# objects (validate_model_config's result is "not checked again"), which are parsed once.
+_last_checked: list[tuple[tuple[Any, ...], tuple[dict[str, Composite], NodeTable, Scale, Bounds, dict[str, Any]]]] = []
+
+
+def _checked_graph(*config: Any) -> tuple[GraphBuilder, NodeTable, dict[str, Any]]:
+    """A builder, the model's table and its names, all checked: wiring, scale, bounds on its size (nothing built).
+    ``config``: :func:`_check_config`'s arguments."""
+    if _last_checked and len(_last_checked[0][0]) == len(config) and all(
+            a is b for a, b in zip(_last_checked[0][0], config)):
+        composites, table, chosen, bounds, scope = _last_checked[0][1]
+    else:
+        composites, table, chosen, bounds, scope = _check_config(*config)
+        _last_checked[:] = [(config, (composites, table, chosen, bounds, scope))]
+    return GraphBuilder(composites, chosen, bounds), table, dict(scope)
+
+
+def _check_config(nodes: Mapping[str, Any], in_channels: int, input_size: Sequence[int], n_classes: int | None,
+                  output: Any, features: Sequence[str] | None, params: Mapping[str, Any] | None,
+                  blocks: Mapping[str, Any] | None, scales: Mapping[str, Any] | None, scale: str | None,
+                  max_repeat: int, max_nodes: int,
+                  path: str) -> tuple[dict[str, Composite], NodeTable, Scale, Bounds, dict[str, Any]]:
     require_positive(max_repeat, f"{path}.max_repeat")
     require_positive(max_nodes, f"{path}.max_nodes")
-    composites, table = parse_graph(nodes, output, blocks, path)
+    if features is not None and not features:
+        raise ConfigError(f"{path}.features", "names no node", hint="name the nodes whose outputs you want, "
+                          "e.g. [layer2, layer3, layer4], or leave features out (null) for the model's output")
+    composites, table = parse_graph(nodes, output, blocks, path, features)
     chosen = choose_scale(scales, scale, path)
     scope = _model_scope(in_channels, input_size, n_classes, params, path)
     bounds = Bounds(max_repeat, max_nodes, path)
     check_size(table, composites, scope, chosen, bounds)
-    return GraphBuilder(composites, chosen, bounds), table, scope
+    return composites, table, chosen, bounds, scope
 
 
 def build_graph(
     nodes: Mapping[str, Any],
     in_channels: int = 1,
     input_size: Sequence[int] = (28, 28),
-    n_classes: int = 10,
+    n_classes: int | None = 10,
     output: str | list[str] | None = None,
+    features: list[str] | None = None,
     params: dict[str, Any] | None = None,
     blocks: dict[str, Any] | None = None,
     scales: dict[str, Any] | None = None,
@@ -113,38 +160,54 @@ def build_graph(
     init: Mapping[str, Any] | None = None,
     max_repeat: int = MAX_REPEAT,
     max_nodes: int = MAX_NODES,
+    max_params: int = MAX_PARAMS,
     path: str = "model",
 ) -> GraphModel:
     """Build a :class:`GraphModel` from plain node descriptions (see the module docstring).
 
     Args:
+        n_classes: the data's class count, for the head's width; ``None`` (null) leaves out every block whose
+            arguments use it (a composite that takes it gets null, and leaves out its own): the model ends where
+            its head would start (resnet18: 512 pooled features).
         output: the node the model returns; the last node by default.
-        params: names the nodes' arguments may use besides ``in_channels``, ``input_size``, ``n_classes``.
+        features: nodes whose outputs the model returns instead, as a dict (feature maps); nodes none of them
+            needs are not built. ``model.feature_info`` describes each (channels, reduction of the input size).
+        params: names the nodes' arguments may use besides ``in_channels``, ``input_size``, ``n_classes``;
+            each may be an expression of those and of the parameters before it.
         blocks: composite blocks, name -> ``{params, nodes, output, description, repeats}``.
         scales, scale: a table of ``{depth, width, max_channels}`` and the entry to apply.
-        init: applied with ``model.apply`` (``None`` keeps PyTorch's init).
+        init: rules (conv, linear, bias, norm) applied to each block as it is made (``None`` keeps PyTorch's init).
         max_repeat, max_nodes: caps on a ``repeat`` count and on the nodes built, copies and composite
             parts included (:mod:`modelforge.models.graph_bounds`), checked before anything is built.
+        max_params: a cap on the parameters and buffers, counted before any is allocated
+            (:mod:`modelforge.models.param_cap`).
     """
-    builder, table, scope = _checked_graph(nodes, in_channels, input_size, n_classes, output, params, blocks,
+    builder, table, scope = _checked_graph(nodes, in_channels, input_size, n_classes, output, features, params, blocks,
                                            scales, scale, max_repeat, max_nodes, path)
+    _last_checked.clear()  # checked once per build: a later build of the same objects checks them again
+    builder.dry_run = DryRun(make_init_fn(init or {}, f"{path}.init"), ParamBudget(max_params, path))
     input_shape = (in_channels, *input_size)
-    graph, output = builder.build(table, (torch.zeros(2, *input_shape),), scope, top=True)
-    _check_class_count(output, n_classes, table, path)
-    return initialize(GraphModel(graph, input_shape), init or {})
+    with torch.no_grad():  # the init rules fill weights in place; the dry run needs no graph of its own
+        graph, output_value = builder.build(table, (empty_batch(*input_shape),), scope, top=True)
+    check_param_count(graph, max_params, path)  # blocks too large alone were refused before being made
+    single = isinstance(output_value, Tensor)
+    model = GraphModel(graph, input_shape, tuple(output_value.shape[1:]) if single else None,
+                       source_label(graph.output[0]) if single else None,
+                       features=[str(ref) for ref in table.output] if features else (),
+                       feature_info=_feature_info(table, output_value, input_size) if features else ())
+    return model
 
 
-def _check_class_count(output: Any, n_classes: int, table: NodeTable, path: str) -> None:
-    """A model that outputs one value per sample and channel ([B, C] or [B, C, 1, 1]) gives ``n_classes`` of them."""
-    if not isinstance(output, Tensor) or output.dim() < 2 or any(size != 1 for size in output.shape[2:]):
-        return  # several outputs, or a feature map: not a classifier's logits
-    if output.shape[1] != n_classes:
-        last = table.output[0]
-        raise ConfigError(f"{path}.nodes.{last.node}",
-                          f"the output node {str(last)!r} gives {output.shape[1]} values per sample, "
-                          f"but the data has {n_classes} classes ({path}.n_classes)",
-                          hint="write the head's width as n_classes (out_features: n_classes or out_channels: "
-                               "n_classes): scales never change it")
+def _feature_info(table: NodeTable, outputs: Sequence[Any], input_size: Sequence[int]) -> list[dict[str, Any]]:
+    """Each feature map's node, channels and reduction (how many input pixels per map pixel), as timm's
+    ``feature_info``; a map that is not [B, C, H, W] has no reduction (None)."""
+    info = []
+    for ref, value in zip(table.output, outputs):
+        shape = list(value.shape[1:]) if isinstance(value, Tensor) else None
+        spatial = shape is not None and len(shape) == 3 and shape[1] > 0
+        info.append({"module": str(ref), "num_chs": shape[0] if shape else None,
+                     "reduction": input_size[0] // shape[1] if spatial else None, "shape": shape})
+    return info
 
 
 GraphConfig = schema_from_signature(build_graph, "graph", check=check_graph, exclude=("path",))

@@ -1,11 +1,11 @@
 """The dynamic half of the model language: a checked node table becomes modules.
 
-Nodes are built in order, each from the real outputs of the nodes before it (a
-dry run of a batch of two zeros), so widths are inferred from shapes and every
-shape problem is found while building, naming the node. A composite block is
-built by the same code as the model's own table, one level down: no special
-path for widths, repeats, names or errors. Each node is built and run once, so
-building is linear in the number of nodes.
+Nodes are built in order, each from the outputs of the nodes before it (a dry
+run on a batch without samples: :mod:`modelforge.models.graph_dry_run`), so widths
+are inferred from shapes and every shape problem is found while building, naming
+the node. A composite block is built by the same code as the model's own table,
+one level down: no special path for widths, repeats, names or errors. Each node
+is built and run once, so building is linear in the number of nodes.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from modelforge.errors import ConfigError, ModelforgeError, closest_names
 from modelforge.layers.batch_dim import check_batch_dim, output_has_batch_first
-from modelforge.layers.expressions import evaluate, resolve_args
+from modelforge.layers.expressions import evaluate, names_in, resolve_args
 from modelforge.layers.kwargs import check_arg_types, check_kwargs
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
 from modelforge.models.graph_bounds import Bounds, repeat_count
+from modelforge.models.graph_dry_run import DryRun
 from modelforge.models.graph_spec import (
     INPUT,
     REQUIRED,
@@ -33,8 +33,8 @@ from modelforge.models.graph_spec import (
     NodeTable,
     Ref,
 )
-from modelforge.models.scales import IDENTITY, WIDTH_ARG, Scale, scale_widths
-from modelforge.models.shapes import describe_output
+from modelforge.models.scales import CLASS_COUNT, IDENTITY, WIDTH_ARG, Scale, scale_widths
+from modelforge.models.shapes import describe_dry, shown_shape
 
 Source = tuple[str, tuple[int, ...]]  # a node (or "input") and the indices into its output
 
@@ -59,13 +59,15 @@ class Graph(nn.ModuleDict):
     """Runs its nodes in order, each on the outputs its ``wiring`` names; a composite block is one."""
 
     def __init__(self, nodes: dict[str, nn.Module], wiring: dict[str, list[Source]], output: list[Source],
-                 several_outputs: bool = False, block: str = "graph", n_inputs: int = 1) -> None:
+                 several_outputs: bool = False, block: str = "graph", n_inputs: int = 1,
+                 call_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
         super().__init__(nodes)
         self.wiring = wiring
         self.output = output
         self.several_outputs = several_outputs
         self.block = block
         self.n_inputs = n_inputs
+        self.call_kwargs = call_kwargs or {}  # node -> keyword arguments of its forward (a node's `kwargs`)
 
     @property
     def composite_name(self) -> str | None:
@@ -75,7 +77,8 @@ class Graph(nn.ModuleDict):
     def forward(self, *inputs: Any) -> Any:
         values: dict[str, Any] = {INPUT: inputs}
         for name, node in self.items():
-            values[name] = node(*[_pick(values, source) for source in self.wiring[name]])
+            values[name] = node(*[_pick(values, source) for source in self.wiring[name]],
+                                **self.call_kwargs.get(name, {}))
         if self.several_outputs:
             return tuple(_pick(values, source) for source in self.output)
         return _pick(values, self.output[0])
@@ -85,7 +88,8 @@ class Graph(nn.ModuleDict):
             return source_label(source, self.n_inputs)
 
         edges = ", ".join(f"{n} <- {'+'.join(map(label, s))}" for n, s in self.wiring.items())
-        return f"block={self.block}, output={'+'.join(map(label, self.output))}, edges: {edges}"
+        called = "".join(f", {n}(**{kw})" for n, kw in self.call_kwargs.items())
+        return f"block={self.block}, output={'+'.join(map(label, self.output))}, edges: {edges}{called}"
 
 
 @counts_from_children
@@ -96,16 +100,43 @@ class Repeat(nn.Sequential):
         super().__init__(*copies)
         self.keep_all = keep_all
 
-    def forward(self, x: Tensor) -> Any:
+    def forward(self, x: Tensor, **kwargs: Any) -> Any:
         outputs = []
         for copy in self:
-            x = copy(x)
+            x = copy(x, **kwargs)
             outputs.append(x)
         return tuple(outputs) if self.keep_all else x
 
 
-def _describe(labels: list[str], values: list[Any]) -> str:
-    return ", ".join(f"{label} {describe_output(v)}" for label, v in zip(labels, values))
+def _check_forward_kwargs(kind: type, n_inputs: int, kwargs: Mapping[str, Any], path: str, what: str) -> None:
+    """A node's ``kwargs`` are keyword arguments its block's ``forward`` takes, beside the inputs it is given."""
+    if not kwargs:
+        return
+    try:
+        params = list(inspect.signature(kind.forward).parameters.values())[1 + n_inputs:]  # without self, inputs
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    allowed = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in kwargs:
+        if key not in allowed:
+            raise ConfigError(f"{path}.{key}", f"the forward of {what} takes no keyword argument {key!r}"
+                              + (f" beside its {n_inputs} input(s)" if n_inputs else ""),
+                              allowed=allowed or "none", suggestions=closest_names(str(key), allowed))
+
+
+class _Described:
+    """A node's inputs as messages name them (``stem [2, 32, 28, 28]``), written only when a message needs them."""
+
+    def __init__(self, labels: list[str], values: list[Any]) -> None:
+        self.labels, self.values = labels, values
+
+    def __str__(self) -> str:
+        return ", ".join(f"{label} {describe_dry(v)}" for label, v in zip(self.labels, self.values))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -121,7 +152,7 @@ def _max_inputs(kind: type) -> int | None:
 
 
 def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: list[str], shapes: list[Any],
-                  described: str, path: str) -> None:
+                  described: _Described | str, path: str) -> None:
     """The number of inputs a block's forward takes, and the shapes its ``check_shapes`` accepts."""
     most = _max_inputs(block if isinstance(block, type) else type(block))
     if most == 0 and labels:
@@ -143,11 +174,13 @@ def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: l
 class GraphBuilder:
     """Builds node tables with the model's composites and scale; one builder per model."""
 
-    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY, bounds: Bounds = Bounds()) -> None:
+    def __init__(self, composites: Mapping[str, Composite], scale: Scale = IDENTITY, bounds: Bounds = Bounds(),
+                 dry_run: DryRun | None = None) -> None:
         self.composites = composites
         self.scale = scale
         self.bounds = bounds
         self.built = 0  # nodes built so far, copies and composite parts included
+        self.dry_run = dry_run or DryRun()  # makes each block and runs it on an empty batch: shapes, no arithmetic
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph", batched: tuple[bool, ...] | None = None) -> tuple[Graph, Any]:
@@ -169,24 +202,28 @@ class GraphBuilder:
         skipped: dict[str, Source] = {}
         modules: dict[str, nn.Module] = {}
         wiring: dict[str, list[Source]] = {}
+        call_kwargs: dict[str, dict[str, Any]] = {}
         for name in table.order:
             node = table.nodes[name]
             node_path = f"{table.path}.nodes.{name}"
             sources = [s for i, ref in enumerate(table.inputs[name])
                        for s in self._sources(ref, values, skipped, keep_all, f"{node_path}.inputs[{i}]")]
-            if node.when is not None and not self._condition(node, names, node_path):
-                skipped[name] = sources[0]  # a node whose condition is false passes its first input on
+            if self._left_out(name, node, names, sources, node_path):
+                skipped[name] = sources[0]  # a node left out passes its first input on
                 continue
             labels = [source_label(s, len(inputs)) for s in sources]
             in_batch = [batch_first(s) for s in sources]
+            kwargs = resolve_args(node.kwargs or {}, names, f"{node_path}.kwargs")
             module, values[name] = self._node(name, node, labels, [_pick(values, s) for s in sources],
-                                              names, top, name in keep_all, node_path, in_batch)
+                                              names, top, name in keep_all, node_path, in_batch, kwargs)
             has_batch[name] = (any(in_batch), module)
             modules[name] = module
             wiring[name] = sources
+            if kwargs:
+                call_kwargs[name] = kwargs
         output = [s for i, ref in enumerate(table.output)
                   for s in self._sources(ref, values, skipped, keep_all, f"{table.path}.output")]
-        graph = Graph(modules, wiring, output, table.several_outputs, block, len(inputs))
+        graph = Graph(modules, wiring, output, table.several_outputs, block, len(inputs), call_kwargs)
         result = tuple(_pick(values, s) for s in output) if table.several_outputs else _pick(values, output[0])
         return graph, result
 
@@ -210,7 +247,7 @@ class GraphBuilder:
         for i in index:
             if isinstance(value, Tensor):  # tensor[i] would index the batch dimension
                 raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives one tensor, not parts "
-                                  f"({describe_output(value)}); .N reads a part of a tuple",
+                                  f"({describe_dry(value)}); .N reads a part of a tuple",
                                   hint=f"read {ref.node!r} whole, or take a part of it with a select, chunk, split "
                                        "or unbind node")
             if not isinstance(value, (tuple, list)) or not -len(value) <= i < len(value):
@@ -223,9 +260,19 @@ class GraphBuilder:
             raise ConfigError(path, f"cannot read {str(ref)!r}: {ref.node!r} gives one tensor, not parts")
         return [(node, index + (i,)) for i in range(len(value))]
 
-    @staticmethod
-    def _condition(node: NodeConfig, names: Mapping[str, Any], path: str) -> bool:
-        return bool(node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when"))
+    def _left_out(self, name: str, node: NodeConfig, names: Mapping[str, Any], sources: list[Source],
+                  path: str) -> bool:
+        """A node whose ``when`` is false, or a block of the head (its arguments use ``n_classes``) when
+        ``n_classes`` is null: a model without its head. A composite given a null class count leaves out its own."""
+        if node.when is not None:
+            return not bool(node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when"))
+        headless = CLASS_COUNT in names and names[CLASS_COUNT] is None
+        if not headless or node.block in self.composites or CLASS_COUNT not in names_in(node.args):
+            return False
+        if not sources:
+            raise ConfigError(path, f"n_classes is null, which leaves out node {name!r} (its arguments use "
+                              "n_classes), but it reads no input to pass on", hint="set n_classes, or give it an input")
+        return True
 
     def _repeats(self, node: NodeConfig, names: Mapping[str, Any], top: bool, path: str) -> int | None:
         count = repeat_count(node, names, path)
@@ -234,15 +281,18 @@ class GraphBuilder:
             self.bounds.check_repeat(count, f"{path}.repeat")
         return count
 
-    def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any],
-              names: Mapping[str, Any], top: bool, keep_all: bool, path: str,
-              batched: list[bool]) -> tuple[nn.Module, Any]:
+    def _node(self, name: str, node: NodeConfig, labels: list[str], inputs: list[Any], names: Mapping[str, Any],
+              top: bool, keep_all: bool, path: str, batched: list[bool],
+              call_kwargs: Mapping[str, Any]) -> tuple[nn.Module, Any]:
         """One node: a block, or ``repeat`` chained copies of it; its module and its dry-run output."""
         composite = self.composites.get(node.block)
         factory = None
         if composite is None:
             factory = resolve_block(node.block, f"{path}.block")
             check_kwargs(factory, node.args, f"{path}.args", f"block {node.block!r}")
+        elif call_kwargs:
+            raise ConfigError(f"{path}.kwargs", f"composite block {node.block!r} takes no forward keyword arguments",
+                              hint="set them on the nodes inside the composite, or pass values as its args")
         elif not inputs:
             raise ConfigError(f"{path}.inputs", f"node {name!r} reads no input, but composite {node.block!r} needs one",
                               hint="remove `inputs: []` to read the node above, or name the nodes it reads")
@@ -268,9 +318,9 @@ class GraphBuilder:
             if composite is not None:
                 module, out = self._composite(composite, args, inputs, path, copy_path, batched)
             else:
-                module, out = self._block(name, node.block, factory, args, labels, inputs, path, batched)
+                module, out = self._block(name, node.block, factory, args, labels, inputs, path, batched, call_kwargs)
             if count is not None and i + 1 < count and not isinstance(out, Tensor):
-                raise ConfigError(f"{path}.repeat", f"node {name!r} returns {describe_output(out)}; "
+                raise ConfigError(f"{path}.repeat", f"node {name!r} returns {describe_dry(out)}; "
                                   "only a block that returns one tensor chains into copies of itself")
             copies.append(module)
             outputs.append(out)
@@ -280,15 +330,18 @@ class GraphBuilder:
         return Repeat(copies, keep_all), tuple(outputs) if keep_all else outputs[-1]
 
     def _block(self, name: str, block_name: str, factory: Any, args: dict[str, Any], labels: list[str],
-               inputs: list[Any], path: str, batched: list[bool]) -> tuple[nn.Module, Any]:
-        described = _describe(labels, inputs)
-        shapes = [x.shape if isinstance(x, Tensor) else () for x in inputs]
+               inputs: list[Any], path: str, batched: list[bool],
+               call_kwargs: Mapping[str, Any]) -> tuple[nn.Module, Any]:
+        described = _Described(labels, inputs)
+        shapes = [shown_shape(x) for x in inputs]
         tuples = [label for label, x in zip(labels, inputs) if isinstance(x, tuple)]
         tuple_hint = f"{tuples[0]} is a tuple: read one part, e.g. {tuples[0]}.0" if tuples else None
         if not inputs and isinstance(factory, type) and _max_inputs(factory) != 0:
             _check_inputs(name, block_name, factory, labels, shapes, described, path)  # before it fails unfed
+        kwargs = infer_widths(factory, args, shapes)
+        self.dry_run.check_size(factory, kwargs, path)  # before the block is allocated
         try:
-            block = factory(**infer_widths(factory, args, shapes))
+            block = self.dry_run.make(factory, kwargs)
         except ConfigError as exc:  # a block of ours refusing one of its arguments
             raise ConfigError(f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
                               f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,
@@ -300,17 +353,17 @@ class GraphBuilder:
             raise ConfigError(path, f"node {name!r} ({block_name}){'' if tuples else ':'} {problem}",
                               hint=tuple_hint) from None
         _check_inputs(name, block_name, block, labels, shapes, described, path)
+        _check_forward_kwargs(type(block), len(inputs), call_kwargs, f"{path}.kwargs", f"block {block_name!r}")
         if any(batched):
             check_batch_dim(block, shapes, [b and isinstance(x, Tensor) for x, b in zip(inputs, batched)], path,
                             f"node {name!r} ({block_name})", described)
         try:
-            with torch.no_grad():
-                out = block.eval()(*inputs)
+            out = self.dry_run.run(block, inputs, call_kwargs)
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, AssertionError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise ConfigError(path, f"node {name!r} ({block_name}) does not fit its input {described}: {first}",
                               hint=tuple_hint) from None
-        return block.train(), out
+        return block, out
 
     def _composite(self, composite: Composite, args: dict[str, Any], inputs: list[Any], node_path: str,
                    use_path: str, batched: list[bool]) -> tuple[Graph, Any]:

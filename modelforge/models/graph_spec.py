@@ -1,6 +1,7 @@
 """The static half of the model language: node tables and composite blocks, checked before building.
 
-A node table maps node names to ``{block, args, inputs, repeat, when}``. An
+A node table maps node names to ``{block, args, inputs, repeat, when, kwargs}`` (``kwargs``: keyword
+arguments the block's ``forward`` is called with, e.g. ``{need_weights: false}``). An
 input reference is ``input`` (the table's input), a node name, or a part of a
 node's output: ``lstm.0`` (element 0 of a tuple), ``lstm.1.0`` (nested),
 ``m.2`` (copy 2 of a repeated node), ``m.*`` (every part, in order). A
@@ -48,6 +49,7 @@ class NodeConfig:
     inputs: list[str] | str | None = None
     repeat: int | str | None = None
     when: bool | str | None = None
+    kwargs: dict[str, Any] | None = None  # keyword arguments of the block's forward (need_weights: false)
 
 
 @dataclass
@@ -171,9 +173,13 @@ def _topological_order(inputs: dict[str, list[Ref]], path: str) -> list[str]:
 
 
 def parse_table(
-    nodes: Mapping[Any, Any], output: Any, path: str, is_block: Callable[[str, str], None]
+    nodes: Mapping[Any, Any], output: Any, path: str, is_block: Callable[[str, str], None], prune: bool = False,
+    output_key: str = "output",
 ) -> NodeTable:
-    """Check a node table; ``is_block(name, path)`` raises for a block name that does not resolve."""
+    """Check a node table; ``is_block(name, path)`` raises for a block name that does not resolve.
+
+    A node that feeds nothing is an error, unless ``prune``: then every node the output does not need is left
+    out (feature maps of a backbone, without its head). ``output_key``: the key the output was given as."""
     if not nodes:
         raise ConfigError(f"{path}.nodes", "a graph needs at least one node")
     configs: dict[str, NodeConfig] = {}
@@ -193,19 +199,36 @@ def parse_table(
     raw_out = list(output) if several else [output if output is not None else list(configs)[-1]]
     out_refs = []
     for i, text in enumerate(raw_out):
-        where = f"{path}.output[{i}]" if several else f"{path}.output"
+        where = f"{path}.{output_key}[{i}]" if several else f"{path}.{output_key}"
         ref = parse_ref(text, where)
         if ref.node not in configs:
             raise ConfigError(where, f"{ref.node!r} is not a node", allowed=list(configs),
                               suggestions=closest_names(ref.node, configs))
         out_refs.append(ref)
     order = _topological_order(inputs, path)
+    if prune:
+        needed = _needed(inputs, out_refs)
+        configs = {n: c for n, c in configs.items() if n in needed}
+        inputs = {n: refs for n, refs in inputs.items() if n in needed}
+        order = [n for n in order if n in needed]
     read = {r.node for refs in inputs.values() for r in refs} | {r.node for r in out_refs}
     unused = [n for n in configs if n not in read]
     if unused:
         raise ConfigError(f"{path}.nodes", f"nodes {unused} feed nothing and would never be trained",
                           hint=f"wire them into the graph or remove them; the output is {', '.join(map(str, out_refs))}")
     return NodeTable(configs, inputs, order, out_refs, several, path)
+
+
+def _needed(inputs: Mapping[str, list[Ref]], outputs: list[Ref]) -> set[str]:
+    """The nodes the outputs read, directly or through other nodes."""
+    needed: set[str] = set()
+    stack = [r.node for r in outputs]
+    while stack:
+        name = stack.pop()
+        if name != INPUT and name not in needed:
+            needed.add(name)
+            stack.extend(r.node for r in inputs[name])
+    return needed
 
 
 def parse_blocks(blocks: Mapping[Any, Any] | None, path: str) -> dict[str, Composite]:

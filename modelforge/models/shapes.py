@@ -40,3 +40,23 @@ def describe_output(output: Any) -> str:
     if isinstance(output, dict):
         return "{" + ", ".join(f"{k}: {describe_output(v)}" for k, v in output.items()) + "}"
     return type(output).__name__
+
+
+DRY_BATCH = 2  # the batch a graph's dry run shows in its messages, and runs for real when a block fails
+
+
+def shown_shape(value: Any) -> list[int]:
+    """A dry-run value's shape as messages show it: the empty batch as :data:`DRY_BATCH` (wherever a block put it:
+    an LSTM's states hold it second; no other dimension of a model's tensors is empty)."""
+    return [DRY_BATCH if size == 0 else size for size in value.shape] if isinstance(value, torch.Tensor) else []
+
+
+def describe_dry(output: Any) -> str:
+    """:func:`describe_output` of a dry run's output (tensors of an empty batch), the batch shown as 2."""
+    if isinstance(output, torch.Tensor):
+        return str(shown_shape(output))
+    if isinstance(output, (tuple, list)):
+        return "(" + ", ".join(describe_dry(o) for o in output) + ")"
+    if isinstance(output, dict):
+        return "{" + ", ".join(f"{k}: {describe_dry(v)}" for k, v in output.items()) + "}"
+    return type(output).__name__

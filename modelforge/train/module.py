@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from modelforge.models.heads import check_classifier_output
 from modelforge.train.averaging import training_epochs
 from modelforge.train.captured_step import WARMUP_STEPS, CapturedStep, StepSpec
 from modelforge.train.checkpoints import ResumeState
@@ -39,6 +40,7 @@ class ClassifierModule(pl.LightningModule):
                  channels_last: bool = False, compile: bool = False, compile_backend: str = "inductor",
                  compile_mode: str | None = None, cuda_graph: bool = False) -> None:
         super().__init__()
+        check_classifier_output(model, n_classes)  # before any batch: a head of the wrong width names its node
         self.save_hyperparameters(ignore=["model"])
         self.model = model.to(memory_format=torch.channels_last) if channels_last else model
         self.loss = nn.CrossEntropyLoss(label_smoothing=label_smoothing)

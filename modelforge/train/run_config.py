@@ -34,6 +34,7 @@ from modelforge.data.build import resolved_data_options
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
+from modelforge.models.heads import check_classifier_output
 from modelforge.train.callbacks import build_callbacks, check_loggers
 from modelforge.train.compiled import check_compile
 from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
@@ -99,6 +100,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     model = validate_model_config(plain["model"])
     with allocation_errors(plain["model"], "while building the model"):
         network = build_checked_model(model, seed=seed)
+    check_classifier_output(network, getattr(datamodule, "n_classes", 10))  # the builders build any output
     # Before the optimizer's check: its param_groups see only the parameters left trainable.
     transfer = apply_transfer(plain, network, resuming=ckpt_path is not None)
     validate_optim(plain.get("optim") or {}, plain.get("sched"), network)

@@ -144,12 +144,17 @@ def test_a_scaled_model_with_a_conv_head_trains(run_main, monkeypatch: pytest.Mo
     assert re.search(rf"model scaled \(scale {scale}\): [0-9,]+ params, ", result.stdout + result.stderr)
 
 
-def test_a_head_narrower_than_the_class_count_is_one_error(run_main, project: Path) -> None:
-    result = run_main("summary", "--config-dir", "configs", "model=narrow_head", cwd=project)
+def test_a_head_narrower_than_the_class_count_builds_and_is_one_error_in_train(
+        run_main, monkeypatch: pytest.MonkeyPatch, project: Path) -> None:
+    summary = run_main("summary", "--config-dir", "configs", "model=narrow_head", cwd=project)
+    assert summary.returncode == 0, summary.stderr  # the builder builds what the file describes (issue 39.1)
+    monkeypatch.setenv("MODELFORGE_DATA", str(project / "mnist"))
+    result = run_main("train", "--config-dir", "configs", "model=narrow_head", "trainer.fast_dev_run=true",
+                      "data.verify=false", "hydra.run.dir=run_narrow", cwd=project)
     assert result.returncode == 2
     assert result.stderr.splitlines()[0] == ("error: model.nodes.flat: the output node 'flat' gives 8 values per "
                                              "sample, but the data has 10 classes (model.n_classes)"), result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and not (project / "run_narrow").exists()
 
 
 def test_an_error_inside_the_users_composite_names_its_file_and_line(run_main, project: Path) -> None:

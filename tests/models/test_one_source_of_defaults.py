@@ -20,6 +20,7 @@ from modelforge import MODELS, ConfigError, build_model
 from modelforge.build import model_config_from_run
 from modelforge.config import conf_dir, schema_defaults
 from modelforge.models import CNN, MLP, build_graph, seed_cnn
+from modelforge.models.param_cap import PARAM_CAP_OPTION
 
 BUILTIN_MODELS = {"cnn": CNN, "seed_cnn": seed_cnn, "mlp": MLP, "graph": build_graph}
 SHIPPED = sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml"))
@@ -91,8 +92,10 @@ def test_schema_is_the_signature(name: str) -> None:
     schema = MODELS.schema(name)
     params = {k: p.default for k, p in inspect.signature(BUILTIN_MODELS[name]).parameters.items() if k != "path"}
     fields = {f.name for f in dataclasses.fields(schema)}
-    assert fields == {"name", *params}
+    builder_options = {} if "max_params" in params else PARAM_CAP_OPTION  # read by the builder, not the factory
+    assert fields == {"name", *params, *builder_options}
     defaults = schema_defaults(schema)
+    assert all(defaults[key] == default for key, (_, default) in builder_options.items())
     for key, default in params.items():
         expected = "???" if default is inspect.Parameter.empty else default
         if isinstance(expected, tuple):

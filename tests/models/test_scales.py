@@ -1,4 +1,5 @@
-"""Scales: the class count is never scaled, a composite's declared widths are, and a head of the wrong width is refused."""
+"""Scales: the class count is never scaled, a composite's declared widths are, and a head of the wrong width is refused
+where a classifier is trained."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from modelforge import ConfigError, build_model
 from modelforge.inspect.summary import format_summary, summarize
+from modelforge.models.heads import check_classifier_output
 
 SCALES = {"n": [0.33, 0.25, 1024], "s": [0.33, 0.5, 1024], "m": [0.67, 0.75, 1024], "l": [1.0, 1.0, 1024],
           "x": [1.0, 1.25, 1024]}
@@ -59,14 +61,16 @@ def test_a_width_computed_from_n_classes_is_not_scaled_either() -> None:
     assert model.nodes.wide.conv.out_channels == 30  # and not ceil(30 * 0.25 / 8) * 8 = 8
 
 
-def test_a_head_of_another_width_than_the_class_count_is_one_error() -> None:
+def test_a_head_of_another_width_than_the_class_count_builds_and_is_one_error_for_a_classifier() -> None:
+    model = build_model(conv_head_model("n", head=16))  # scaled to 8: built as written
+    assert model(torch.zeros(2, *model.input_shape)).shape == (2, 8)
     with pytest.raises(ConfigError) as caught:
-        build_model(conv_head_model("n", head=16))  # scaled to 8
+        check_classifier_output(model, 10)
     assert str(caught.value).splitlines()[0] == (
         "model.nodes.flat: the output node 'flat' gives 8 values per sample, but the data has 10 classes "
         "(model.n_classes)")
     with pytest.raises(ConfigError, match=r"the output node 'flat' gives 16 values per sample, but the data has 10"):
-        build_model(conv_head_model("l", head=16))
+        check_classifier_output(build_model(conv_head_model("l", head=16)), 10)
 
 
 def test_a_declared_width_that_is_not_a_parameter_is_refused_with_did_you_mean() -> None:

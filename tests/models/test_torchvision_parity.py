@@ -267,6 +267,24 @@ def test_train_mode_drops_as_torchvision(pair: Pair, record_property: Callable[[
     assert diff <= TOLERANCE * max(1.0, expected.abs().max().item())
 
 
+def test_train_mode_gradients_equal_torchvision(pair: Pair, record_property: Callable[[str, Any], None]) -> None:
+    """A train-mode backward from one seed gives every parameter torchvision's gradient (ViT: its attention
+    called with need_weights=False, as torchvision calls it: the same kernels)."""
+    reference, model = copy.deepcopy(pair.reference).train(), copy.deepcopy(pair.ours).train()
+    weights = torch.randn(2, 1000, generator=torch.Generator().manual_seed(2))  # a loss that reads every logit
+    for module in (reference, model):
+        torch.manual_seed(1)
+        (module(pair.x) * weights).sum().backward()
+    theirs, ours = dict(reference.named_parameters()), dict(model.named_parameters())
+    pairs = [(t, o) for t, o in zip(first_use_order(pair.reference, pair.x), first_use_order(pair.ours, pair.x))
+             if t in theirs]
+    assert len(pairs) == len(theirs) == len(ours)
+    diff = max((theirs[t].grad - ours[o].grad).abs().max().item() for t, o in pairs)
+    scale = max(theirs[t].grad.abs().max().item() for t, _ in pairs)
+    record_property("summary", f"{pair.name} train gradients: max |ours - torchvision| {diff:.2e} (up to {scale:.2f})")
+    assert diff <= 1e-6 * max(1.0, scale)
+
+
 # --------------------------------------------------------------------------------------------
 # the MNIST variants: the same files at 1x28x28 and 10 classes (the data's shape, filled in by a run)
 

@@ -13,10 +13,20 @@ from modelforge.train import train
 from tests.train.conftest import compose_train, tiny_cli_args
 
 
-def test_a_model_too_big_to_build_is_one_message(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
-    # A 1e11-wide Linear asks for 627,200 GB at once: the allocator refuses at once, nothing is touched.
+def test_a_model_over_max_params_is_refused_before_it_is_allocated(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
     result = run_main("train", "model=cnn", "enc_sizes=[8]", "dec_sizes=[100000000000]", *tiny_cli_args(tiny_mnist),
-                 f"hydra.run.dir={tmp_path / 'run'}")
+                      f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[0] == (
+        "error: model: the model would hold 157,900,000,000,123 parameters and buffers (631.6 TB as float32), more "
+        "than model.max_params (1,000,000,000); the largest is decoder.0.linear.weight [100000000000, 1568]")
+    assert not (tmp_path / "run").exists() and "Traceback" not in result.stderr
+
+
+def test_a_model_too_big_to_build_is_one_message(run_main, tiny_mnist: Path, tmp_path: Path) -> None:
+    # Past the cap (raised): a 1e11-wide Linear asks for 627,200 GB at once: the allocator refuses at once.
+    result = run_main("train", "model=cnn", "enc_sizes=[8]", "dec_sizes=[100000000000]", "model.max_params=1000000000000000",
+                      *tiny_cli_args(tiny_mnist), f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "error: out of memory while building the model: model=cnn enc_sizes=[8] dec_sizes=[100000000000] "

@@ -1,0 +1,50 @@
+"""experiments/benchmarks/run.py runs (issue 39.6: its --quick exited 1 for months, unnoticed).
+
+By default, the sections that need neither real MNIST nor a training process run at their smallest settings
+(``--smoke``: one round each; the build section on the DenseNet graph, checked against torchvision first), into a
+temporary folder: the recorded results are not touched. Under ``-m slow``, every section runs so (real MNIST).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REAL_MNIST, REPO
+
+RUN = REPO / "experiments" / "benchmarks" / "run.py"
+IN_PROCESS = ("build", "hotpath", "hooks")  # no MNIST, no training process
+
+
+def _run(results: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    return subprocess.run([sys.executable, str(RUN), "--smoke", "--results-dir", str(results), *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.e2e
+def test_the_in_process_sections_run_and_record(tmp_path: Path) -> None:
+    recorded = {p.name: p.read_bytes() for p in (RUN.parent / "results").glob("*.json")}
+    result = _run(tmp_path, *(arg for name in IN_PROCESS for arg in ("--only", name)))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert sorted(p.stem for p in tmp_path.glob("*.json")) == sorted(IN_PROCESS)
+    build = json.loads((tmp_path / "build.json").read_text())
+    assert build["mode"] == "smoke" and list(build["models"]) == ["densenet121 224", "densenet121 512"]
+    assert build["models"]["densenet121 224"]["params"] == 7_978_856  # torchvision's, checked before timing
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert "| densenet121 | 512x512 | 7,978,856 |" in table
+    assert {p.name: p.read_bytes() for p in (RUN.parent / "results").glob("*.json")} == recorded
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL_MNIST.is_dir(), reason=f"needs real MNIST at {REAL_MNIST}")
+def test_every_section_runs(tmp_path: Path) -> None:
+    result = _run(tmp_path, "--data-dir", str(REAL_MNIST))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert {p.stem for p in tmp_path.glob("*.json")} == {"overhead", "loop", "hooks", "hotpath", "dataread",
+                                                         "startup", "build"}
