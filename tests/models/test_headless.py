@@ -40,11 +40,13 @@ def test_the_headless_model_is_the_model_less_its_head() -> None:
 
 
 def test_a_graph_that_ends_at_a_feature_map_builds_at_any_size() -> None:
-    for side in (32, 224):  # at 32x32 layer4 is 1x1: no longer taken for a classifier's logits
+    # at 32x32 layer4 is 4x4 (a 3x3 stem), at 224x224 7x7 (torchvision's 7x7 stem and max-pool from 64 px)
+    for side, reduction in ((32, 8), (224, 32)):
         model = create_model("resnet18", [f"input_size=[{side},{side}]", "~nodes.pool", "~nodes.flat", "~nodes.fc"])
-        assert model.output_node == "layer4" and model.output_shape == (512, side // 8, side // 8)
+        size = side // reduction
+        assert model.output_node == "layer4" and model.output_shape == (512, size, size)
         with pytest.raises(ConfigError, match=rf"model.nodes.layer4: the output node 'layer4' gives \[512, "
-                                              rf"{side // 8}, {side // 8}\] per sample, but a classifier of 10"):
+                                              rf"{size}, {size}\] per sample, but a classifier of 10"):
             check_classifier_output(model, 10)
 
 
