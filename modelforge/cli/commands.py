@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import functools
 import importlib
 import textwrap
 from collections.abc import Callable
@@ -101,14 +102,16 @@ def _table(rows: list[tuple[str, str]], columns: int = 100, name_column: int = 2
     column (a composite with its parameters) on a line of its own, its text on the next."""
     width = min(max((len(name) for name, _ in rows), default=0), name_column)
     indent = " " * (width + 4)
+    # a path stays whole, even past the columns
+    wrap = functools.partial(textwrap.wrap, width=columns, break_on_hyphens=False, break_long_words=False)
     lines = []
     for name, about in rows:
         if len(name) > width:
-            lines += [*textwrap.wrap(name, columns, initial_indent="  ", subsequent_indent="    "),
-                      *textwrap.wrap(about, columns, initial_indent=indent, subsequent_indent=indent)]
+            lines += [*wrap(name, initial_indent="  ", subsequent_indent="    "),
+                      *wrap(about, initial_indent=indent, subsequent_indent=indent)]
         else:
-            lines += textwrap.wrap(f"{name.ljust(width)}  {about}", columns, initial_indent="  ",
-                                   subsequent_indent=indent) or [f"  {name}"]
+            lines += wrap(f"{name.ljust(width)}  {about}", initial_indent="  ",
+                          subsequent_indent=indent) or [f"  {name}"]
     return lines
 
 

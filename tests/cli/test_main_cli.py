@@ -63,10 +63,13 @@ def test_list_models_shows_every_model_file_a_user_can_pick(run_main, tmp_path) 
     result = run_main("list", "models", "--config-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     files = result.stdout.split("model files (model=NAME; each builds one of the models above):\n")[1]
-    names = [line.split()[0] for line in files.splitlines()]
+    rows = [line for line in files.splitlines() if not line.startswith(" " * 4)]  # not a row's wrapped lines
+    names = [line.split()[0] for line in rows]
     assert names == sorted([*SHIPPED_MODELS.split(", "), "my_net"])  # resnet50, vit_b_16, ... all of conf/model
-    assert "  resnet18            ResNet-18 for 28x28 images [conf/model/resnet18.yaml]" in files.splitlines()
-    assert f"My own net [{tmp_path / 'model'}/my_net.yaml]" in files
-    assert "(LeCun et al. 1998) for 28x28 digits" in files  # the first sentence, not cut at "al."
+    words = " ".join(files.split())  # the rows with their wrapped lines joined
+    assert "resnet18 ResNet-18 (torchvision.models.resnet18) [conf/model/resnet18.yaml]" in words
+    assert f"My own net [{tmp_path / 'model'}/my_net.yaml]" in words
+    assert "(LeCun et al. 1998) for 28x28 digits" in words  # the first sentence, not cut at "al."
     only = run_main("list", "models", "res*").stdout.split("above):\n")[1]
-    assert [line.split()[0] for line in only.splitlines()] == ["resnet18", "resnet34", "resnet50"]
+    assert [line.split()[0] for line in only.splitlines() if not line.startswith(" " * 4)] == [
+        "resnet18", "resnet34", "resnet50"]
