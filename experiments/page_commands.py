@@ -15,7 +15,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-TRANSCRIPT_PAGES = ("docs/errors.md",)  # transcripts of set-ups made by the tests the page names
 
 
 def pages() -> list[Path]:
@@ -35,8 +34,9 @@ class Command:
     line: int
     text: str
     kind: str = "command"  # "command", "python" or "transcript" (a command shown with what it printed)
-    error_lines: list[str] = field(default_factory=list)  # the page's `error:` line and its details, if any
-    shown: list[str] = field(default_factory=list)  # `# ...` lines under a command: what it prints
+    error_lines: list[str] = field(default_factory=list)  # the page's `error:` line and its indented details
+    shown: list[str] = field(default_factory=list)  # other lines it prints: `# ...` under a command, a transcript's
+    exit_shown: int | None = None  # a transcript's `(exit N ...)` note
 
     @property
     def where(self) -> str:
@@ -48,6 +48,8 @@ class Command:
 
     @property
     def expected_exit(self) -> int:
+        if self.exit_shown is not None:
+            return self.exit_shown
         return 2 if self.error_lines else 0
 
     @property
@@ -58,7 +60,19 @@ class Command:
 
     @property
     def runs_modelforge(self) -> bool:
-        return self.kind == "python" or bool(re.match(r"(python -m modelforge|torchrun|srun) ", self.text))
+        """A command this script runs: modelforge's, a launcher's, a Python block, or one of RUN_SCRIPTS."""
+        return self.kind == "python" or bool(re.match(r"(python -m modelforge|torchrun|srun) ", self.text)) or any(
+            re.match(pattern, self.text) for pattern in RUN_SCRIPTS)
+
+
+# Scripts of experiments/ that the pages' commands run as a user would, from the checkout (paths as written).
+RUN_SCRIPTS = (r"python experiments/finetune_image_folder/make_(folder|weights)\.py ",)
+
+
+def matches(expected: str, printed: str) -> bool:
+    """`expected` (a line of a page, stripped) is in `printed`, where `...` in it stands for any text."""
+    pattern = ".*?".join(re.escape(part) for part in expected.strip().split("..."))
+    return re.search(pattern, printed) is not None
 
 
 def fenced_blocks(page: Path) -> Iterator[tuple[str, int, list[str]]]:
@@ -112,14 +126,29 @@ def _commands_of(page: str, first: int, body: list[str], transcript: bool) -> li
             while index < len(body) and body[index].strip() and not body[index].startswith("$ "):
                 shown.append(body[index].rstrip())
                 index += 1
-            if shown and shown[0].startswith("error:"):
-                command.error_lines = [line for line in shown if "..." not in line]
+            _read_transcript(command, shown)
         else:
             while index < len(body) and body[index].startswith("# "):
                 command.shown.append(body[index][2:].strip())
                 index += 1
         found.append(command)
     return found
+
+
+def _read_transcript(command: Command, shown: list[str]) -> None:
+    """What a transcript shows: its `error:` line with the indented lines under it (checked whole), the other
+    printed lines (checked by their first two words), and a `(exit N ...)` note (the exit status)."""
+    start = next((i for i, line in enumerate(shown) if line.startswith("error:")), None)
+    if start is not None:
+        end = start + 1
+        while end < len(shown) and shown[end].startswith((" ", "\t")):
+            end += 1
+        command.error_lines = shown[start:end]
+    notes = [line for line in shown if line.startswith("(")]
+    exits = [int(m.group(1)) for line in notes if (m := re.match(r"\(exit (\d+)", line))]
+    command.exit_shown = exits[0] if exits else None
+    command.shown = [line.strip() for line in shown
+                     if line not in command.error_lines and line not in notes and line.strip() != "..."]
 
 
 # Commands of the pages that this script does not run, by a pattern of their text, and why. A command that is
@@ -136,12 +165,25 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"python experiments/readme_commands\.py\b", "this script"),
     (r"python experiments/make_figures\.py\b", "draws the pages' pictures from a real run (minutes)"),
     (r"python experiments/benchmarks/run\.py\b", "a benchmark: minutes to hours, on a quiet machine"),
+    (r"python experiments/benchmarks/bench_\w+\.py\b", "a benchmark: minutes, on a quiet machine"),
+    (r"apt-get install ", "installs a system package: this machine has it"),
+    (r"timeout .*python -m modelforge ", "stops a run with a signal mid-training: the test named beside it does"),
+]
+
+# Commands of modelforge whose set-up is a moment or a machine this script does not make, and why; the page names
+# the test that makes it beside each.
+SET_UPS: list[tuple[str, str]] = [
+    (r".*\s&(\s|$)", "needs a second process or a signal at a chosen moment: the test named beside it makes them"),
+    (r".*kill -", "needs a signal at a chosen moment: the test named beside it sends it"),
+    (r".*/mnt/", "needs a full disk (a small tmpfs, mounted as root): the test named beside it mounts one"),
+    (r".*data=fashion_mnist$", "needs a machine without Fashion-MNIST's files or a network"),
 ]
 
 
 def not_run_reason(command: Command) -> str | None:
-    if command.kind == "transcript" and command.page in TRANSCRIPT_PAGES:
-        return "a transcript of a set-up that the test named beside it makes"
+    setup = next((reason for pattern, reason in SET_UPS if re.match(pattern, command.text)), None)
+    if command.runs_modelforge and command.kind == "transcript" and setup:
+        return setup
     if command.runs_modelforge or command.text.startswith("pip install ./my_blocks"):
         return None
     return next((reason for pattern, reason in NOT_RUN if re.match(pattern, command.text)), None)
@@ -163,7 +205,7 @@ def project_files(page_paths: list[Path] | None = None) -> dict[str, str]:
         for line in page.read_text().splitlines():
             if body is None and line.startswith("```"):
                 intro = " ".join(paragraph)
-                named = re.search(r"`((?:configs|my_blocks)/[\w/.]+)`", intro)
+                named = re.search(r"`((?:configs|my_blocks|model)/[\w/.]+)`", intro)
                 body, paragraph = [], []
                 path = named.group(1) if named and intro.rstrip().endswith(":") else None
             elif body is not None and line.startswith("```"):
@@ -179,9 +221,9 @@ def project_files(page_paths: list[Path] | None = None) -> dict[str, str]:
 
 
 # Keys whose values are paths a command reads, for the check that each is a placeholder or made earlier.
-READ_PATH_KEYS = ("ckpt_path=", "inputs=", "data.data_dir=", "init.from=", "--config-dir")
+READ_PATH_KEYS = ("ckpt_path=", "inputs=", "data.data_dir=", "data.root=", "init.from=", "--config-dir")
 # Keys whose values are paths a command writes: in a checkout they must be under outputs/, which git ignores.
-WRITTEN_PATH_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "output=", "summary.graph=")
+WRITTEN_PATH_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "output=", "summary.graph=", "--out")
 
 
 def _values_of(command: Command, keys: tuple[str, ...]) -> list[str]:
@@ -200,9 +242,12 @@ def paths_read(command: Command) -> list[str]:
     """The relative paths a command reads (not its outputs), as written."""
     paths = _values_of(command, READ_PATH_KEYS)
     paths += [arg[len("model="):] for arg in command.argv if arg.startswith("model=") and arg.endswith(".yaml")]
-    return [path for path in paths if not path.startswith(("$", "/"))]
+    paths = [p for path in paths for p in (path.strip("[]").split(",") if path.startswith("[") else [path])]
+    return [path for path in paths if not path.startswith(("$", "/")) and ":" not in path.split("/")[0]]
 
 
 def paths_written(command: Command) -> list[str]:
-    """The relative paths a command writes, as written."""
-    return [path for path in _values_of(command, WRITTEN_PATH_KEYS) if not path.startswith(("$", "/"))]
+    """The relative paths a command writes, as written (not into a placeholder such as RUN, which stands for a
+    directory of the user's)."""
+    return [path for path in _values_of(command, WRITTEN_PATH_KEYS)
+            if not path.startswith(("$", "/")) and not path.split("/")[0].isupper()]

@@ -8,14 +8,17 @@ user stands:
 
 - ``bash``: each line (``\\`` continuations joined) is a command. ``python -m modelforge``, ``torchrun`` and ``srun``
   commands run; every other line must be one that NOT_RUN knows, and is listed with its reason.
-- ``console``: a transcript, ``$ command`` and what it printed. A transcript whose first printed line is ``error:``
-  must exit 2 and print those lines; the transcripts of docs/errors.md need the set-ups its tests make, and are
-  pinned by those tests.
+- ``console``: a transcript, ``$ command`` and what it printed. A transcript that shows an ``error:`` line must
+  exit 2 (or the ``(exit N)`` its note shows) and print that line and the indented lines under it, ``...``
+  standing for any text; its other lines must start lines it printed (their first two words). A transcript whose
+  set-up this script cannot make (a signal at a chosen moment, a full disk: SET_UPS) is listed with its reason;
+  the test named beside it on the page makes it.
 - ``python``: the block runs as a script and must exit 0; the first word of a ``print(...)  # comment`` must be in
   what it prints.
 
-The things the pages name but do not make (RUN, my_digits/, scans/*.jpg, my_idx_folder, the user project under
-configs/ and my_blocks/) are made first, from what the pages say: see PLACEHOLDERS. Trainings are shortened to
+The things the pages name but do not make (RUN, my_digits/, scans/*.jpg, my_idx_folder, my_pictures/, the user
+project under configs/ and my_blocks/, the model files of docs/errors.md, its damaged and hostile files under
+bad/) are made first, from what the pages say: see PLACEHOLDERS. Trainings are shortened to
 ``trainer.limit_*_batches=2`` and searches to two trials (SHORTENING; each shortened command says so). A command
 must exit 0 unless it shows an ``error:``; a ``# Total params: N`` comment must be in what it prints, and so must
 the first two words of each ``# ...`` output line shown under it. The included records of experiments/ are not
@@ -47,6 +50,7 @@ from page_commands import (  # noqa: E402 - a sibling file, not a package; re-ex
     Command,
     extract,
     fenced_blocks,
+    matches,
     not_run_reason,
     pages,
     paths_read,
@@ -56,8 +60,8 @@ from page_commands import (  # noqa: E402 - a sibling file, not a package; re-ex
 )
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-__all__ = ["NOT_RUN", "REPO", "Command", "extract", "fenced_blocks", "not_run_reason", "pages", "paths_read",
-           "paths_written", "project_files", "unknown"]
+__all__ = ["NOT_RUN", "REPO", "Command", "extract", "fenced_blocks", "matches", "not_run_reason", "pages",
+           "paths_read", "paths_written", "project_files", "unknown"]
 
 
 # Commands this machine cannot run, by a pattern of their text, with the reason printed beside them.
@@ -67,8 +71,10 @@ def skip_reason(command: Command) -> str | None:
         return None if shutil.which("srun") else "needs a Slurm cluster (no srun here)"
     if "--nnodes=2" in text:
         return "needs two machines (NODE0 and a rendezvous)"
-    if "data=fashion_mnist" in text and not FASHION_MNIST.is_dir():
+    if ("data=fashion_mnist" in text or "finetune_image_folder/make_folder" in text) and not FASHION_MNIST.is_dir():
         return f"Fashion-MNIST is not installed ({FASHION_MNIST}: apt-get install dataset-fashion-mnist)"
+    if "init.from=torchvision:" in text and command.kind != "transcript":
+        return "needs the internet (torchvision's weights from download.pytorch.org) or the file in torch.hub's cache"
     return None
 
 
@@ -94,6 +100,9 @@ def shortened(argv: list[str]) -> tuple[list[str], list[str]]:
         setting = f"{key}={value}"
         present = [i for i, arg in enumerate(out) if arg.startswith(key + "=")]
         if present:
+            given = out[present[0]].split("=", 1)[1]
+            if given.isdigit() and int(given) <= int(value):  # the page's own value is already as short
+                continue
             if out[present[0]] != setting:
                 changes.append(f"{out[present[0]]} -> {value}")
                 out[present[0]] = setting
@@ -164,6 +173,82 @@ def make_idx_folder(work: Path) -> None:
         (work / "my_idx_folder" / path.name).symlink_to(path)
 
 
+def make_pictures(work: Path) -> None:
+    """my_pictures/: a folder of class folders of images (ImageFolder's layout), 12 MNIST test digits per class."""
+    names = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    with gzip.open(_data_dir() / "t10k-labels-idx1-ubyte.gz") as f:
+        labels = f.read()[8:8 + 400]
+    taken = dict.fromkeys(range(10), 0)
+    for i, image in enumerate(_mnist_images(400)):
+        if taken[labels[i]] < 12:
+            folder = work / "my_pictures" / names[labels[i]]
+            folder.mkdir(parents=True, exist_ok=True)
+            image.save(folder / f"{i:04d}.png")
+            taken[labels[i]] += 1
+
+
+def make_bad_files(work: Path) -> None:
+    """bad/: the damaged and hostile files of docs/errors.md (a payload writes bad/PWNED if it ever runs)."""
+    import io
+    import pickle
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    sys.path.insert(0, str(REPO))
+    from tests.deploy import payloads  # the attacker's files the tests make, made the same way here
+
+    bad = work / "bad"
+    (bad / "empty").mkdir(parents=True)
+    (bad / "afile").write_text("a file, not a folder\n")
+    marker = bad / "PWNED"
+    last = (work / "RUN" / "checkpoints" / "last.ckpt").read_bytes()
+    (bad / "trunc.ckpt").write_bytes(last[:300_000])
+    (bad / "cut.pt2").write_bytes(last[:300_000])
+    (bad / "model.onnx").write_bytes(last)
+    (bad / "model.pt2").write_bytes(last)
+    (bad / "notes.ckpt").write_text("not a checkpoint\n")
+    (bad / "foreign.ckpt").write_bytes(pickle.dumps({"weights": [1.0, 2.0]}, protocol=4))
+    torch.save({"weight": torch.zeros(2, 2)}, bad / "plain.ckpt")
+    checkpoint = torch.load(io.BytesIO(last), weights_only=True)
+    torch.save({**checkpoint, "payload": payloads.OpensMarker(marker)}, bad / "evil.ckpt")
+    payloads.pt2_pickled_weight(bad / "evil.pt2", marker)
+    (bad / "cut.onnx").write_bytes(b"\x08\x08\x12\x07pytorch" + last[:300_000 - 11])  # an ONNX model's first bytes
+    digits = bad / "digits"
+    digits.mkdir()
+    _mnist_images(1)[0].save(digits / "seven.png")
+    (digits / "notes.png").write_text("not an image\n")
+    (digits / "empty.png").write_bytes(b"")
+    Image.new("L", (10_000, 10_000)).save(bad / "big.png")
+    stored = checkpoint["hyper_parameters"]["config"]  # a stored config that names a class for instantiate to build
+    stored["trainer"]["precision"] = {"_target_": "builtins.open", "_args_": [str(marker), "w"]}
+    torch.save(checkpoint, bad / "target.ckpt")
+    odd = bad / "odd"  # files predict names and skips
+    odd.mkdir()
+    _mnist_images(1)[0].save(odd / "seven.png")
+    pixels = np.full((28, 28), 100.0, dtype=np.float32)
+    pixels[3, 4] = np.nan
+    Image.fromarray(pixels, "F").save(odd / "nan.tif")
+    os.symlink("gone.png", odd / "dangling.png")
+    os.symlink("loop.png", odd / "loop.png")
+    os.mkfifo(odd / "fifo.png")
+    idx = bad / "trunc_idx"  # MNIST with its training images cut short
+    idx.mkdir()
+    for path in _data_dir().glob("*-ubyte.gz"):
+        if not path.name.startswith("train-images"):
+            (idx / path.name).symlink_to(path)
+    with gzip.open(_data_dir() / "train-images-idx3-ubyte.gz") as f:
+        (idx / "train-images-idx3-ubyte").write_bytes(f.read(5000))
+    pictures = bad / "pictures"  # a class folder without images
+    (pictures / "cat").mkdir(parents=True)
+    (pictures / "dog").mkdir()
+    for i, image in enumerate(_mnist_images(2)):
+        image.save(pictures / "cat" / f"{i}.png")
+    (pictures / "cat" / "notes.txt").write_text("not an image\n")
+    (pictures / "dog" / "readme.txt").write_text("no pictures yet\n")
+
+
 def make_user_project(work: Path) -> None:
     """configs/ and my_blocks/: the files of "Your own project", then `pip install ./my_blocks`.
 
@@ -187,11 +272,14 @@ PLACEHOLDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "my_digits/": (r"\bmy_digits/", make_digits),
     "scans/*.jpg": (r"\bscans/", make_scans),
     "my_idx_folder": (r"\bmy_idx_folder\b", make_idx_folder),
-    "configs/ and my_blocks/": (r"\bconfigs\b|\bmy_blocks\b", make_user_project),
+    "my_pictures/": (r"\bmy_pictures\b", make_pictures),
+    "configs/ and my_blocks/": (r"\bconfigs\b|\bmy_blocks\b|\bmodel/\w+\.yaml", make_user_project),
+    "bad/": (r"\bbad/", make_bad_files),
 }
 
 # Paths the pages' commands make themselves and later commands read (hydra.run.dir=outputs/runs/mnist, ...).
-MADE_BY_COMMANDS = ("outputs/runs/mnist",)
+MADE_BY_COMMANDS = ("outputs/runs/mnist", "outputs/runs/frozen", "outputs/runs/pictures", "outputs/fashion_pngs",
+                    "outputs/resnet18-random.pth", "outputs/mnist.safetensors")
 
 def placeholder_of(path: str) -> str | None:
     """The placeholder (or earlier command) that makes `path`, None when nothing does."""
@@ -223,6 +311,8 @@ def resolved(argv: list[str], env: dict[str, str]) -> list[str]:
     argv = [re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), arg) for arg in argv]
     if argv[0] == "python":
         argv[0] = sys.executable
+        if len(argv) > 1 and argv[1].startswith("experiments/"):  # a script of the checkout, run from the user's folder
+            argv[1] = str(REPO / argv[1])
     elif argv[0] == "torchrun":
         argv = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
     return argv
@@ -326,10 +416,11 @@ def run_one(command: Command, work: Path, env: dict[str, str], timeout: float) -
         return Outcome(command, -1, time.perf_counter() - start, f"but ran past {timeout:.0f} s")
     seconds = time.perf_counter() - start
     note = f"shortened: {', '.join(changes)}" if changes else ""
-    missing = [line for line in command.error_lines if line.strip() not in done.stderr]
+    printed_all = done.stdout + done.stderr
+    missing = [line for line in command.error_lines if not matches(line, printed_all)]
     params = re.search(r"Total params: [\d,]+", command.comment)
     # a shown line's first two words: its figures and paths differ from run to run
-    unshown = [line for line in command.shown if " ".join(line.split()[:2]) not in done.stdout + done.stderr]
+    unshown = [line for line in command.shown if not matches(" ".join(line.split()[:2]), printed_all)]
     printed = [word for word in printed_words(command) if word not in done.stdout]
     if missing:
         note = f"but the page's line {missing[0].strip()!r} is not in what it printed"
@@ -355,6 +446,7 @@ def printed_words(command: Command) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="run only the commands whose text contains this (placeholders still made)")
+    parser.add_argument("--page", help="run only the commands of this page (docs/errors.md; placeholders still made)")
     parser.add_argument("--keep", action="store_true", help="keep the working directory and print its path")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one command may take")
     args = parser.parse_args()
@@ -364,7 +456,8 @@ def main() -> int:
         return 2
     commands = extract()
     plugin_at = plugin_installed_after(commands)
-    chosen = [(i, c) for i, c in enumerate(commands) if not args.only or args.only in c.text]
+    chosen = [(i, c) for i, c in enumerate(commands)
+              if (not args.only or args.only in c.text) and (not args.page or c.page == args.page)]
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
     outcomes: list[Outcome] = []
@@ -383,6 +476,9 @@ def main() -> int:
             print(f"{mark} {command.where:<30} expected {command.expected_exit} got {got:<4} "
                   f"{outcome.seconds:6.1f} s  {first_line}" + (f"\n      {outcome.note}" if outcome.note else ""),
                   flush=True)
+        if (work / "bad" / "PWNED").exists():  # a hostile file of docs/errors.md ran its payload
+            print("BAD bad/PWNED exists: a command ran the code of a file it should have refused", flush=True)
+            outcomes.append(Outcome(Command("docs/errors.md", 0, "bad/PWNED"), 1, note="but a payload ran"))
     except Stopped as stop:
         print(f"\nstopped by {stop}: the running command was killed and the working directory removed; "
               f"{len(outcomes)} of {len(chosen)} commands ran", file=sys.stderr)

@@ -44,10 +44,26 @@ def test_the_pages_have_their_commands() -> None:
     assert len(RUN) >= 55
     assert sum(c.kind == "python" for c in COMMANDS) >= 8
     errors = [c for c in COMMANDS if c.error_lines and not readme_commands.not_run_reason(c)]
-    assert [command.argv[-1] for command in errors] == ["activation=gelu2", "trainer.max_epoch=2",
-                                                      "+lable_smoothing=0.1"]
+    assert [command.argv[-1] for command in errors[:3]] == ["activation=gelu2", "trainer.max_epoch=2",
+                                                          "+lable_smoothing=0.1"]
     assert errors[0].error_lines[:2] == ["error: model.activation: unknown activation 'gelu2'",
                                          "  did you mean 'gelu'?"]
+    # docs/errors.md's transcripts run too, each with the set-up its files under bad/ and model/ give it
+    on_errors_page = [c for c in errors if c.page == "docs/errors.md"]
+    assert len(on_errors_page) >= 60
+    not_run = [c for c in COMMANDS if c.page == "docs/errors.md" and readme_commands.not_run_reason(c)]
+    assert len(not_run) <= 10, [c.text for c in not_run]
+
+
+def test_a_transcript_is_read_as_its_error_lines_its_other_lines_and_its_exit() -> None:
+    diverged = next(c for c in COMMANDS if c.kind == "transcript" and "optim.lr=1e6" in c.text)
+    assert diverged.expected_exit == 3 and diverged.error_lines[0].startswith("error: training diverged")
+    unreadable = next(c for c in COMMANDS if c.kind == "transcript" and c.text.endswith("inputs=bad/digits/"))
+    assert unreadable.expected_exit == 0 and unreadable.error_lines == []
+    assert unreadable.shown[0].startswith("[WARNING] modelforge.deploy.images: could not read 2 of 3 files")
+    assert readme_commands.matches("error: no space left in ... to write last.pt2: it needs about ...",
+                                   "error: no space left in /mnt/x to write last.pt2: it needs about 1.7 MB, ...")
+    assert not readme_commands.matches("error: model.scale: unknown scale 'q'", "error: model.scale: unknown 'q'")
 
 
 def test_the_readme_is_a_front_door() -> None:
@@ -92,15 +108,18 @@ def test_every_command_runs_here_or_is_skipped_with_a_reason() -> None:
 
 
 def test_every_path_a_command_reads_has_a_maker() -> None:
-    read = {path: readme_commands.placeholder_of(path) for c in RUN for path in readme_commands.paths_read(c)}
+    """A command shown failing on a path that is not there (no checkpoint at ...) needs none."""
+    read = {path: readme_commands.placeholder_of(path) for c in RUN if not c.error_lines
+            for path in readme_commands.paths_read(c)}
     assert {"RUN/checkpoints/last.ckpt", "my_digits/", "scans/*.jpg", "my_idx_folder", "outputs/runs/mnist",
-            "configs"} <= set(read)
+            "configs", "my_pictures", "bad/digits/", "outputs/fashion_pngs"} <= set(read)
     assert all(read.values()), [path for path, maker in read.items() if not maker]
 
 
 def test_every_path_a_command_writes_is_under_outputs() -> None:
-    """Run in a checkout, the pages' commands leave nothing that git does not ignore (outputs/ is ignored)."""
-    written = {path for c in RUN for path in readme_commands.paths_written(c)}
+    """Run in a checkout, the pages' commands leave nothing that git does not ignore (outputs/ is ignored); a command
+    refused before any work (exit 2: an output path that cannot be written) writes nothing."""
+    written = {path for c in RUN if c.expected_exit != 2 for path in readme_commands.paths_written(c)}
     assert {"outputs/sweep4", "outputs/runs/mnist", "outputs/deploy/", "outputs/graph.svg"} <= written
     assert [path for path in written if not path.startswith("outputs/")] == []
     ignored = subprocess.run(["git", "check-ignore", "-q", "outputs/anything"], cwd=REPO)
@@ -109,8 +128,12 @@ def test_every_path_a_command_writes_is_under_outputs() -> None:
 
 def test_the_user_project_files_come_from_the_pages() -> None:
     files = readme_commands.project_files()
-    assert set(files) == {"configs/model/my_model.yaml", "configs/experiment/quick.yaml",
-                          "my_blocks/my_blocks/__init__.py", "my_blocks/pyproject.toml"}
+    assert {"configs/model/my_model.yaml", "configs/experiment/quick.yaml", "my_blocks/my_blocks/__init__.py",
+            "my_blocks/pyproject.toml"} <= set(files)
+    # the files of docs/errors.md's examples: a user's model files with a mistake each, and two hostile configs
+    assert {"configs/model/typo.yaml", "configs/blocks/mine.yaml", "model/float.yaml", "model/moved.yaml",
+            "configs/experiment/tagged.yaml"} <= set(files)
+    assert all(path.startswith(("configs/", "my_blocks/", "model/")) for path in files)
     assert "residual_conv" in files["configs/model/my_model.yaml"]
     assert '[project.entry-points."modelforge.plugins"]' in files["my_blocks/pyproject.toml"]
 
