@@ -84,7 +84,7 @@ def read_safetensors_file(path: str | Path, key: str = "init.from") -> dict[str,
 def save_safetensors(model: nn.Module, path: str | Path, config: Mapping[str, Any] | None = None) -> Path:
     """Write ``model``'s state_dict to ``path`` as safetensors, atomically, with the config that builds it.
 
-    ``config``: a run config (``{"model": ..., "data": ...}``); by default that of a model :func:`load_model`
+    ``config``: a run config (``{"model": ..., "data": ...}``); by default that of a model :func:`~modelforge.load_model`
     gave (its ``model_config`` and ``data_config``). Without one the file holds the tensors alone (for
     ``init.from``). ``model`` may be any module (torchvision's): the file keeps its state_dict order, so that
     ``init.from`` can pair it with a model by structure.
