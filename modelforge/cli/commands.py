@@ -35,6 +35,13 @@ def train_task(cfg: DictConfig) -> float:
     return train(run, callbacks=trial_callbacks(monitor))
 
 
+def eval_task(cfg: DictConfig) -> dict[str, float]:
+    """Test a checkpoint; its config, checkpoint and data were checked before Hydra made the run directory."""
+    from modelforge.train.run import evaluate  # loads Lightning
+
+    return evaluate(take_validated(cfg))
+
+
 def _imported(module: str, name: str) -> Callable[[DictConfig], Any]:
     """The task ``module.name``, imported when it runs: Lightning and the exporters load only for their commands."""
     return lambda cfg: getattr(importlib.import_module(module), name)(cfg)
@@ -62,7 +69,7 @@ def summary_task(cfg: DictConfig) -> None:
 
 # eval: the checkpoint's model, tested; export: a checkpoint written and checked against the eager model;
 # predict: image files classified with a checkpoint, a run directory or an exported model.
-TASKS = {"train": train_task, "eval": _imported("modelforge.train.run", "evaluate"), "summary": summary_task,
+TASKS = {"train": train_task, "eval": eval_task, "summary": summary_task,
          "export": _imported("modelforge.deploy.export", "export_task"),
          "predict": _imported("modelforge.deploy.predict", "predict_task")}
 

@@ -49,13 +49,23 @@ class ImagePipeline:
     def __call__(self, path: str) -> Tensor:
         return self.to_tensor(self.prepare(self.decode(path)))
 
+    @property
+    def mode(self) -> str:
+        """Pillow's mode of the images the model sees: ``L`` (gray) or ``RGB``."""
+        return "L" if self.grayscale else "RGB"
+
     def decode(self, path: str) -> Image.Image:
         """The image, upright (EXIF orientation), as RGB or L; a JPEG much larger than needed is decoded smaller."""
         with Image.open(path) as opened:
             if self.random_resized_crop is None:  # the size kept is the resize's: at least resize_size a side
-                opened.draft("L" if self.grayscale else "RGB", (self.resize_size, self.resize_size))
+                opened.draft(self.mode, (self.resize_size, self.resize_size))
             image = ImageOps.exif_transpose(opened)
-            return image.convert("L" if self.grayscale else "RGB")
+            return image.convert(self.mode)
+
+    def from_image(self, image: Image.Image) -> Tensor:
+        """An image already decoded (pixels given in memory), as a file holding it would come out: converted to
+        the model's mode (a gray image's one channel repeated for RGB, Pillow's ``convert``), resized, cropped."""
+        return self.to_tensor(self.prepare(image.convert(self.mode)))
 
     def prepare(self, image: Image.Image) -> Image.Image:
         size, resample = (self.image_size, self.image_size), RESAMPLING[self.interpolation]
@@ -164,11 +174,16 @@ def image_folder_metadata(data_cfg: Mapping[str, Any]) -> dict[str, Any]:
                            "grayscale": pipeline.grayscale}}
 
 
+def metadata_pipeline(preprocess: Mapping[str, Any], normalize: Mapping[str, Any] | None) -> ImagePipeline:
+    """The validation transform a deployed model's metadata describes (``preprocess``, ``normalize``)."""
+    return ImagePipeline(int(preprocess["image_size"]), int(preprocess["resize_size"]),
+                         str(preprocess.get("interpolation", "bilinear")),
+                         tuple(normalize["mean"]) if normalize else IMAGENET_MEAN,
+                         tuple(normalize["std"]) if normalize else IMAGENET_STD,
+                         normalize is not None, bool(preprocess.get("grayscale")))
+
+
 def image_batch(paths: Sequence[str], preprocess: Mapping[str, Any], normalize: Mapping[str, Any] | None) -> Tensor:
     """The images ``paths`` as a run's validation saw them (``preprocess``: the metadata's): float32 [N, C, S, S]."""
-    pipeline = ImagePipeline(int(preprocess["image_size"]), int(preprocess["resize_size"]),
-                             str(preprocess.get("interpolation", "bilinear")),
-                             tuple(normalize["mean"]) if normalize else IMAGENET_MEAN,
-                             tuple(normalize["std"]) if normalize else IMAGENET_STD,
-                             normalize is not None, bool(preprocess.get("grayscale")))
+    pipeline = metadata_pipeline(preprocess, normalize)
     return torch.stack([pipeline(path) for path in paths])

@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,19 +47,22 @@ METHODS = ("trace", "script")  # how TorchScript is made
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 EXTRA = "pip install 'modelforge[export]'"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+CHECK_BATCH_VALUES = 2**22  # the check's batches hold at most this many input values (16 MB); MNIST's 300 is one
 
 
 def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: str | Path | None = None, *,
-           atol: float = 1e-4, check: bool = True, n_images: int = 300, data_dir: str | Path | None = None,
+           atol: float = 1e-4, rtol: float = 1e-5, check: bool = True, n_images: int = 300, data_dir: str | Path | None = None,
            dynamic_batch: bool = True, batch_size: int = 1, method: str = "trace", opset: int | None = None,
            ema: bool = True, overwrite: bool = False) -> Path:
     """Write ``model_or_path`` (a module, a ``.ckpt`` or a run directory) as a ``format`` file; return its path.
 
     Args:
         output: the file, or a folder for it; None: beside the checkpoint (``last.ckpt`` -> ``last.onnx``).
-        atol, check, n_images, data_dir: unless ``check`` is false, the file is loaded back and run on
-            ``n_images`` test images of the run's data set (from ``data_dir``, else the run's folder); a logit
-            further than ``atol`` from the eager model's, or any other top-1 class, raises ExportError.
+        atol, rtol, check, n_images, data_dir: unless ``check`` is false, the file is loaded back and run on
+            ``n_images`` test images of the run's data (from ``data_dir``, else the run's folder: an IDX folder,
+            or a ``data=image_folder`` run's image folder); a logit further than ``atol + rtol * |logit|`` from
+            the eager model's (``torch.allclose``'s test: float rounding grows with the logits), or any other
+            top-1 class, raises ExportError.
         dynamic_batch: any batch size; false: batches of ``batch_size`` only.
         method: TorchScript's ``trace`` or ``script``. ``opset``: ONNX's (None: torch's default).
         ema: a run that averaged its weights (``callbacks=[ema]``) exports the average; false: the trained ones.
@@ -72,7 +75,7 @@ def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: s
     :class:`~modelforge.files.claim.FileBusyError`, naming the first one's process.
     """
     format, method = _checked_choice("format", format, FORMATS), _checked_choice("method", method, METHODS)
-    _check_numbers(atol=atol, n_images=n_images, batch_size=batch_size, **({"opset": opset} if opset else {}))
+    _check_numbers(atol=atol, rtol=rtol, n_images=n_images, batch_size=batch_size, **({"opset": opset} if opset else {}))
     for key, value in {"check": check, "dynamic_batch": dynamic_batch, "ema": ema, "overwrite": overwrite}.items():
         check_type(value, bool, key)  # `overwrite=no` is a string, and true as a condition
     if format == "onnx":
@@ -94,7 +97,7 @@ def export(model_or_path: nn.Module | str | Path, format: str = "pt2", output: s
         if check:
             now.what = (f"while checking {path}; the file is written (complete) but not checked: no "
                         f"{check_json_path(path).name} (check=false skips the check)")
-            check_export(model, path, format, atol=atol, n_images=n_images, data_dir=data_dir,
+            check_export(model, path, format, atol=atol, rtol=rtol, n_images=n_images, data_dir=data_dir,
                          batch_size=None if dynamic_batch else batch_size, now=now)
     return path
 
@@ -218,34 +221,37 @@ WRITERS: dict[str, Callable[[Any, Path, str, Callable[[], None]], None]] = {"pt2
 
 # --- the check: the exported file against the eager model on real images ---------------------------------
 
-def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-4, n_images: int = 300,
+def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-4, rtol: float = 1e-5,
+                 n_images: int = 300,
                  data_dir: str | Path | None = None, batch_size: int | None = None,
                  now: Doing | None = None) -> dict[str, Any]:
     """Run ``path`` and ``model`` on the same images; write ``<path>.check.json``; raise ExportError on a mismatch.
 
-    ``batch_size``: the file's fixed batch size; None: it takes any, checked with all images at once and with one.
+    ``batch_size``: the file's fixed batch size; None: it takes any, checked with batches of several images (all
+    at once where they are small: :func:`check_batch_size`) and with one.
     ``now``: what a stop reports, noted as the check file is renamed into place.
     """
     meta = _metadata(model)
     if read_metadata(path) != meta:
         raise ExportError(f"{path}: the metadata read back differs from the model's", exit_code=1)
-    images, labels, source = check_images(meta, data_dir or getattr(model, "data_config", {}).get("data_dir"),
-                                          n_images)
+    images, labels, source = check_images(meta, data_dir, n_images, data_config=getattr(model, "data_config", None))
     exported = open_model(path)  # as predict runs it: a fixed batch size is padded to
+    chunk = check_batch_size(meta["input_shape"], len(images))
     with torch.no_grad():
-        expected = model(images)
-    batches = [len(images), 1] if batch_size is None else [batch_size]
+        expected = torch.cat([model(part) for part in images.split(chunk)])
+    batches = [chunk, 1] if batch_size is None else [batch_size]
     got = {size: exported(images if size != 1 or batch_size else images[:1], chunk=size) for size in batches}
     diffs = {size: float((out - expected[:len(out)]).abs().max()) for size, out in got.items()}
+    close = all(torch.allclose(out, expected[:len(out)], rtol=rtol, atol=atol) for out in got.values())
     full = got[batches[0]]
     agree = int((full.argmax(1) == expected[:len(full)].argmax(1)).sum())
     report = {"format": format, "file": str(path), "images": source, "n_images": len(images),
               "batch_sizes": batches, "max_abs_diff": max(diffs.values()), "max_abs_diff_by_batch": diffs,
-              "top1_agreement": agree / len(full), "atol": atol, "metadata": "inside the file", "torch": torch.__version__}
+              "top1_agreement": agree / len(full), "atol": atol, "rtol": rtol, "metadata": "inside the file", "torch": torch.__version__}
     if labels is not None:
         report.update(eager_top1_acc=float((expected.argmax(1) == labels).float().mean()),
                       exported_top1_acc=float((full.argmax(1) == labels[:len(full)]).float().mean()))
-    report["passed"] = report["max_abs_diff"] <= atol and agree == len(full)
+    report["passed"] = close and agree == len(full)
     check_path = check_json_path(path)
 
     def written() -> None:
@@ -253,7 +259,7 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
             now.what = f"after writing {path} and its check {check_path.name}"
 
     write_json(check_path, report, written)
-    line = (f"max abs difference {report['max_abs_diff']:.2e} (atol {atol:g}), top-1 agreement "
+    line = (f"max abs difference {report['max_abs_diff']:.2e} (atol {atol:g}, rtol {rtol:g}), top-1 agreement "
             f"{report['top1_agreement']:.2%} ({agree}/{len(full)}) on {source}, batch sizes {batches}")
     if not report["passed"]:
         raise ExportError(f"{path} does not compute what the model computes: {line}; the file is kept for "
@@ -262,16 +268,30 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
     return report
 
 
-def check_images(meta: Mapping[str, Any], data_dir: str | Path | None, n_images: int
-                 ) -> tuple[Tensor, Tensor | None, str]:
-    """The first ``n_images`` test images of the data set ``meta`` names, scaled and normalized as in training,
-    their labels, and a description; random inputs (no labels) when the model takes another image shape."""
+def check_batch_size(input_shape: Sequence[int], n_images: int) -> int:
+    """How many images the check runs at once: all of them (MNIST's 300), or fewer where they are large (a batch of
+    224x224 colour images is gigabytes of activations): at least 2, so that a batch of several is checked."""
+    return max(min(n_images, CHECK_BATCH_VALUES // max(math.prod(input_shape), 1)), min(n_images, 2))
+
+
+def check_images(meta: Mapping[str, Any], data_dir: str | Path | None, n_images: int, *,
+                 data_config: Mapping[str, Any] | None = None) -> tuple[Tensor, Tensor | None, str]:
+    """``n_images`` test images of the run's data, prepared as its validation prepared them, their labels, and a
+    description. ``data_config``: the run's ``data`` (where its images are); ``data_dir`` overrides where.
+
+    IDX data (MNIST, ``data=idx``): the first test images, scaled and normalized as in training; random inputs (no
+    labels) when the model takes another image shape. ``data=image_folder``: the run's own test images (its
+    ``test/`` folder or held-out part; without one, its validation images), spread over its classes, read with its
+    resize, center crop and normalization (the metadata's ``preprocess`` and ``normalize``)."""
+    data_config = data_config or {}
+    if meta.get("preprocess"):
+        return _image_folder_check_images(meta, data_config, data_dir, n_images)
     from modelforge.data.download import find_file, resolve_data_dir
     from modelforge.data.idx import KNOWN_DATASETS, SPLITS, read_checked
 
     name, shape = str(meta.get("data") or "mnist"), list(meta["input_shape"])
     dataset = KNOWN_DATASETS.get(name)
-    root = resolve_data_dir(data_dir, name)
+    root = resolve_data_dir(data_dir or data_config.get("data_dir"), name)
     images_name, labels_name = SPLITS["test"]
     if (images_at := find_file(root, images_name)) is None:
         raise DataError(f"the check runs the exported model on the {name} test images: no {images_name}[.gz] in "
@@ -288,6 +308,32 @@ def check_images(meta: Mapping[str, Any], data_dir: str | Path | None, n_images:
         batch = batch.sub_(meta["normalize"]["mean"][0]).div_(meta["normalize"]["std"][0])
     title = dataset.title if dataset is not None else name
     return batch, labels, f"{len(batch)} {title} test images"
+
+
+def _image_folder_check_images(meta: Mapping[str, Any], data_config: Mapping[str, Any],
+                               data_dir: str | Path | None, n_images: int) -> tuple[Tensor, Tensor, str]:
+    """:func:`check_images` of a ``data=image_folder`` run: its test (else validation) images, as its run split them."""
+    from modelforge.data.image_files import index_image_folder
+    from modelforge.data.image_transforms import image_batch
+
+    skip = "give the image folder with data_dir=DIR, or skip the check with check=false"
+    given = data_dir or data_config.get("root")
+    if not given:
+        raise DataError("the check runs the exported model on the run's own images, but the model names no image "
+                        f"folder (data.root): {skip}")
+    root = Path(str(given)).expanduser()
+    try:
+        index = index_image_folder(root, data_config.get("classes"), float(data_config.get("val_size", 0.1)),
+                                   float(data_config.get("test_size", 0.0)), int(data_config.get("seed") or 0))
+    except (DataError, ConfigError) as exc:
+        raise DataError(f"the check runs the exported model on the run's own images: {exc}; {skip}") from None
+    split = "test" if "test" in index.splits else "val"
+    items = index.splits[split]
+    if len(items) > n_images:  # spread over the split, which is sorted by class: every class is checked
+        items = [items[i * len(items) // n_images] for i in range(n_images)]
+    batch = image_batch([path for path, _ in items], meta["preprocess"], meta.get("normalize"))
+    labels = torch.tensor([label for _, label in items], dtype=torch.long)
+    return batch, labels, f"{len(items)} {split} images of {root}"
 
 
 # --- one message for a model a format cannot take: where, why, and which formats work ---------------------
@@ -416,10 +462,11 @@ def _checked_choice(key: str, value: Any, choices: Mapping[str, Any] | tuple[str
 
 def _check_numbers(**values: Any) -> None:
     for key, value in values.items():
-        wanted = float if key == "atol" else int
+        wanted, least = (float, 0.0 if key == "rtol" else None) if key in ("atol", "rtol") else (int, None)
         if isinstance(value, bool) or not isinstance(value, (int, float) if wanted is float else int) \
-                or not math.isfinite(value) or value <= 0:
-            raise ConfigError(key, f"got {value!r}", allowed=f"a {'number' if wanted is float else 'whole number'} > 0")
+                or not math.isfinite(value) or value < 0 or value == 0 and least is None:
+            raise ConfigError(key, f"got {value!r}", allowed=f"a {'number' if wanted is float else 'whole number'} "
+                                                             f"{'>= 0' if least is not None else '> 0'}")
 
 
 def _without_hooks(model: nn.Module) -> nn.Module:

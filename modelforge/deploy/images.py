@@ -54,6 +54,8 @@ class InputImage:
     name: str
     pixels: torch.Tensor  # uint8 [H, W]
     label: int | None = None  # the true class, where the input says it (an IDX images file beside its labels)
+    file: Path | None = None  # the image file it was read from, read again in colour for a data=image_folder model
+    rgb: torch.Tensor | None = None  # uint8 [H, W, 3]: the colour pixels of a tensor given in colour
 
 
 @dataclass
@@ -142,7 +144,7 @@ def read_inputs(inputs: str | Path | Sequence[str | Path], max_pixels: int = MAX
             if path.stat().st_size == 0:
                 raise DataError(f"{path} is empty (0 bytes)")
             images = (read_idx_images(path) if is_idx_name(path) else
-                      [InputImage(str(path), read_image(path, max_pixels))])
+                      [InputImage(str(path), read_image(path, max_pixels), file=path)])
         except DataError as exc:
             found.unreadable.append(str(exc))
             continue
@@ -321,6 +323,29 @@ def prepare(images: Sequence[InputImage], input_shape: Sequence[int], normalize:
     elif channels > 1:
         batch = batch.repeat(1, channels, 1, 1)
     return batch, inverted.tolist()
+
+
+def prepare_as_run(images: Sequence[InputImage], preprocess: Mapping[str, Any], normalize: Mapping[str, Any] | None,
+                   invert: Invert = "auto") -> tuple[torch.Tensor, list[bool]]:
+    """The batch of a ``data=image_folder`` model (``preprocess``: its metadata's): each image as the run's
+    validation read its files (resize, center crop, its mean and std, in colour or gray as it trained).
+
+    An image file is read again from the file, in colour; an image given as pixels (an IDX file, a tensor) goes
+    the same way as a file holding those pixels would: gray pixels become RGB by repeating the one channel, as
+    Pillow converts a gray PNG (the run's own gray files were read so). The run inverted no image: ``auto`` and
+    ``false`` invert none, ``true`` every one."""
+    from modelforge.data.image_transforms import metadata_pipeline
+
+    pipeline, flip = metadata_pipeline(preprocess, normalize), invert is True
+    batch = []
+    for image in images:
+        if image.file is not None:
+            picture = pipeline.decode(str(image.file))
+        else:
+            picture = Image.fromarray(image.rgb.numpy(), "RGB") if image.rgb is not None else \
+                Image.fromarray(image.pixels.numpy(), "L")
+        batch.append(pipeline.from_image(ImageOps.invert(picture.convert(pipeline.mode)) if flip else picture))
+    return torch.stack(batch), [flip] * len(images)
 
 
 def _per_channel(value: float | Sequence[float], channels: int) -> list[float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -16,8 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
+from PIL import Image
 from torch import nn
 
 from modelforge.config import load_config
@@ -27,12 +30,15 @@ from modelforge.deploy.images import (
     Invert,
     check_invert,
     prepare,
+    prepare_as_run,
     read_inputs,
 )
 from modelforge.deploy.paths import check_output_place, names_a_folder
 from modelforge.deploy.runtime import Runner, check_model_path, open_model
 from modelforge.errors import ConfigError, DataError
 from modelforge.files.atomic import write_text
+
+log = logging.getLogger(__name__)
 
 OUTPUTS = Path("outputs") / "predict"  # output=null: outputs/predict/DATE/TIME_XXXXXX/predictions.csv
 CSV_NAME = "predictions.csv"
@@ -68,12 +74,8 @@ def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, in
              batch_size: int = 256) -> list[dict[str, Any]]:
     """The rows of :func:`predict` for images already read, with a model already opened."""
     meta = runner.meta
-    if meta.get("preprocess") and all(Path(image.name).is_file() for image in images):
-        # A data=image_folder run: its files read again as its validation read them (color, resize, center crop).
-        from modelforge.data.image_transforms import image_batch
-
-        batch, inverted = image_batch([image.name for image in images], meta["preprocess"], meta["normalize"]), [
-            False] * len(images)
+    if meta.get("preprocess"):  # a data=image_folder run: each image as its validation read its files
+        batch, inverted = prepare_as_run(images, meta["preprocess"], meta.get("normalize"), invert)
     else:
         batch, inverted = prepare(images, meta["input_shape"], meta["normalize"], invert)
     probs = torch.softmax(runner(batch, chunk=batch_size), dim=1)
@@ -81,26 +83,52 @@ def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, in
     if probs.shape[1] != len(names):
         names = [str(k) for k in range(probs.shape[1])]  # metadata of another head: say the indices
     values, indices = probs.topk(min(top_k, probs.shape[1]), dim=1)
+    labels = _label_names(images, names, by_number=not meta.get("preprocess"))
     rows = []
-    for image, flip, top_p, top_i in zip(images, inverted, values.tolist(), indices.tolist()):
+    for image, label, flip, top_p, top_i in zip(images, labels, inverted, values.tolist(), indices.tolist()):
         row: dict[str, Any] = {"input": image.name, "inverted": flip}
-        if image.label is not None:
-            row["label"] = names[image.label] if image.label < len(names) else str(image.label)
+        if label is not None:
+            row["label"] = label
         for rank, (p, i) in enumerate(zip(top_p, top_i), start=1):
             row[f"class_{rank}"], row[f"prob_{rank}"] = names[i], p
         rows.append(row)
     return rows
 
 
+def _label_names(images: Sequence[InputImage], names: Sequence[str], by_number: bool) -> list[str | None]:
+    """The true class of each image by name, where its input gives one (an IDX labels file: class numbers).
+
+    ``by_number``: the model's classes are numbered as the IDX data set's (a model trained on IDX files). A
+    ``data=image_folder`` model's classes are its folders, in their order: a number is its class only where a folder
+    is named so (``7``); otherwise the numbers are not compared, and a warning says why."""
+    numbers = [image.label for image in images]
+    if by_number:
+        return [None if k is None else names[k] if k < len(names) else str(k) for k in numbers]
+    if any(k is not None and str(k) not in names for k in numbers):
+        log.warning("the labels of the IDX inputs are class numbers, and this model's classes are its class folders "
+                    "(%s): the labels are not compared", ", ".join(names[:5]) + (", ..." if len(names) > 5 else ""))
+        return [None] * len(images)
+    return [None if k is None else str(k) for k in numbers]
+
+
 def as_input_images(inputs: Inputs, max_pixels: int = MAX_PIXELS) -> list[InputImage]:
-    """``inputs`` as :class:`InputImage`: paths are read (:func:`read_inputs`), a uint8 tensor taken as is."""
+    """``inputs`` as :class:`InputImage`: paths are read (:func:`read_inputs`); a uint8 tensor of gray pixels
+    ([H, W] or [N, H, W]) taken as is, or of [N, C, H, W] with C 1 or 3 (colour: its gray pixels as Pillow
+    converts a colour file for a gray model, its colour kept for a colour one)."""
     if not isinstance(inputs, torch.Tensor):
         return read_inputs(inputs, max_pixels).images
-    if inputs.dtype != torch.uint8 or inputs.dim() not in (2, 3):
-        raise DataError(f"inputs: a tensor of images must be uint8 [H, W] or [N, H, W], "
-                        f"got {inputs.dtype} {list(inputs.shape)}")
-    stack = inputs.unsqueeze(0) if inputs.dim() == 2 else inputs
-    return [InputImage(f"tensor[{i}]", image) for i, image in enumerate(stack)]
+    colour = inputs.dim() == 4 and inputs.shape[1] == 3
+    if inputs.dtype != torch.uint8 or inputs.dim() not in (2, 3, 4) or inputs.dim() == 4 and inputs.shape[1] not in (1, 3):
+        raise DataError(f"inputs: a tensor of images must be uint8 [H, W] or [N, H, W] (gray), or [N, C, H, W] with C "
+                        f"1 (gray) or 3 (RGB), got {inputs.dtype} {list(inputs.shape)}")
+    if inputs.dim() == 4 and not colour:
+        inputs = inputs[:, 0]
+    if not colour:
+        stack = inputs.unsqueeze(0) if inputs.dim() == 2 else inputs
+        return [InputImage(f"tensor[{i}]", image) for i, image in enumerate(stack)]
+    rgb = inputs.permute(0, 2, 3, 1).contiguous()  # [N, H, W, 3], as Pillow holds colour
+    return [InputImage(f"tensor[{i}]", torch.from_numpy(np.array(Image.fromarray(image.numpy(), "RGB").convert("L"))),
+                       rgb=image) for i, image in enumerate(rgb)]
 
 
 def check_top_k(top_k: object) -> int:

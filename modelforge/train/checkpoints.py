@@ -237,6 +237,21 @@ def check_optimizer_fits(ckpt: dict[str, Any], ckpt_path: str, optimizer: torch.
                           hint=f"resume with the run's own freeze and optim settings, or {afresh}")
 
 
+def resume_checkpoint(path: str | Path, network: torch.nn.Module, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The checkpoint file ``path`` names (a run directory: its last.ckpt, else its best), read (``weights_only``)
+    and checked against the run that resumes it: a modelforge checkpoint of this model, with an epoch left to train
+    and the optimizer this config builds. All before the run directory is made: a refusal leaves nothing."""
+    from modelforge.deploy.load import check_fits, load_checkpoint, resolve_checkpoint
+    from modelforge.train.optim import build_optimizer
+
+    found = resolve_checkpoint(path)[0]
+    ckpt = load_checkpoint(found)
+    check_fits(ckpt, torch.nn.ModuleDict({"model": network}))  # the keys of ClassifierModule's state_dict
+    check_epochs_left(ckpt, config.get("trainer") or {})
+    check_optimizer_fits(ckpt, str(found), build_optimizer(network, config["optim"]), config)
+    return str(found), ckpt
+
+
 def check_epochs_left(ckpt: dict[str, Any], trainer_cfg: dict[str, Any]) -> None:
     """Refuse a resume that has no epoch left to train (it would test the weights again and stop)."""
     done = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {}).get("processed")

@@ -82,6 +82,8 @@ def check_data_fits(datamodule: Any, model: nn.Module, model_classes: int, used:
 
 
 def _data_label(data: Mapping[str, Any]) -> str:
-    """``data=idx data.data_dir=/path`` (what a user types to get the data a run stored)."""
-    folder = f" data.data_dir={data['data_dir']}" if data.get("data_dir") else ""
+    """``data=idx data.data_dir=/path`` or ``data=image_folder data.root=/path`` (what a user types to get the data a
+    run stored)."""
+    key = "root" if data.get("name") == "image_folder" else "data_dir"
+    folder = f" data.{key}={data[key]}" if data.get(key) else ""
     return f"data={data.get('name', 'mnist')}{folder}"

@@ -207,18 +207,6 @@ class ShareRunDir(Callback):
                                     "job's ranks itself; hydra/launcher=slurm runs each job as srun tasks"))
 
 
-class KeepRunRecords(Callback):
-    """Claims the run directory (``eval``) before Hydra writes there: refuses one that holds or is claimed by a run."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        HydraConfig.instance().set_config(config)  # as run_job does first: errors name hydra.run.dir
-        try:
-            share_run_dir(config)
-            claim_run_dir(Path(config.hydra.run.dir), str(config.hydra.job.name), for_task=True)
-        except ModelforgeError as exc:
-            refuse(exc)
-
-
 def current_run_dir(command: str = "train") -> Path:
     """Hydra's output dir for this job, or without Hydra a fresh unique folder where the CLI's ``command`` puts it."""
     if HydraConfig.initialized():

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +35,12 @@ from modelforge.report.timings import Phases
 from modelforge.train import launch
 from modelforge.train.averaging import trained_epochs
 from modelforge.train.callbacks import early_stop_summary
-from modelforge.train.checkpoints import (
-    check_epochs_left,
-    check_optimizer_fits,
-    failure_record,
-)
+from modelforge.train.checkpoints import failure_record
 from modelforge.files.write_faults import write_fault
 from modelforge.train.compiled import CompileCost
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.eval_config import check_data_fits, eval_data_config, eval_trainer_options
 from modelforge.train.module import ClassifierModule
-from modelforge.train.optim import build_optimizer
 from modelforge.train.records import claim_run_dir, current_run_dir, write_metrics
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.run_report import setup_report
@@ -63,7 +59,7 @@ log = logging.getLogger(__name__)
 def _prepare(run: RunConfig, run_dir: Path,
              callbacks: Sequence[pl.Callback] = ()) -> tuple[ClassifierModule, pl.Trainer, dict[str, Any] | None]:
     """The module, the trainer and the checkpoint to resume from, built only after every check passed."""
-    ckpt = load_checkpoint(run.ckpt_path) if run.ckpt_path else None
+    ckpt = run.checkpoint  # read and checked with the config (resume_checkpoint)
     model = run.network
     module = ClassifierModule(model, config=run.config, n_classes=getattr(run.datamodule, "n_classes", 10),
                               label_smoothing=run.label_smoothing, channels_last=run.channels_last,
@@ -71,10 +67,6 @@ def _prepare(run: RunConfig, run_dir: Path,
                               cuda_graph=run.cuda_graph)
     for plugin in run.plugins:  # a layer pattern that matches nothing fails now, not at fit time
         plugin.targets(model)
-    if ckpt is not None:
-        check_fits(ckpt, module)
-        check_epochs_left(ckpt, run.config.get("trainer") or {})
-        check_optimizer_fits(ckpt, run.ckpt_path, build_optimizer(model, run.config["optim"]), run.config)
     trainer = build_trainer(run.config, run_dir, run.plugins, extra_callbacks=callbacks)
     trainer.callbacks.extend(run.transfer.callbacks())  # last: their hooks run after a weight-averaging one's
     check_precision(run.plugins, str(trainer.precision))  # e.g. grad_clip refuses fp16 loss scaling
@@ -230,9 +222,24 @@ def _record(run_dir: Path) -> dict[str, Any]:
             "overrides": hydra_overrides() if HydraConfig.initialized() else None}
 
 
-def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
-    """Rebuild the model stored in ``cfg.ckpt_path`` (a checkpoint, or a run directory: its last.ckpt, else its best
-    one) and report its test metrics, on the data it was trained on unless ``cfg`` chooses other data."""
+@dataclass(frozen=True)
+class EvalPlan:
+    """An ``eval`` config checked whole, and what it tests: the checkpoint's model with its weights, on data it fits."""
+
+    plain: dict[str, Any]  # the eval config, plain
+    plugins: list[Any]
+    ckpt_path: Path  # the checkpoint file (a run directory given: its last.ckpt)
+    chosen: str | None  # how it was chosen from a run directory, else None
+    stored: dict[str, Any]  # the run config the checkpoint stores
+    datamodule: Any
+    module: ClassifierModule  # the checkpoint's weights loaded
+    averaging: str | None  # "EMA" when the checkpoint's state_dict holds averaged weights
+
+
+def check_eval(cfg: Mapping[str, Any] | DictConfig) -> EvalPlan:
+    """Everything ``eval`` checks before it makes its run directory: the options, the checkpoint (read with
+    ``weights_only=True``, its model rebuilt, its weights loaded), the data (files there, images of the model's shape,
+    no more classes than it predicts), the hooks' layers. A refusal leaves nothing behind."""
     quiet_third_party(launch.global_rank())
     plain = load_config(cfg)
     if not plain.get("ckpt_path"):
@@ -249,20 +256,34 @@ def evaluate(cfg: Mapping[str, Any] | DictConfig, run_dir: str | Path | None = N
     model = build_model(stored["model"])
     model_classes = int(ckpt["hyper_parameters"].get("n_classes") or getattr(datamodule, "n_classes", 10))
     check_data_fits(datamodule, model, model_classes, data_config, stored.get("data") or {})
-    if Path(plain["ckpt_path"]).expanduser().is_dir():
-        log.info("evaluating %s (%s)", ckpt_path, which)
     # The loss as the run computed it (label smoothing included), so test/loss matches metrics.json.
     module = ClassifierModule(model, config=stored, n_classes=model_classes,
                               label_smoothing=float(stored.get("label_smoothing") or 0.0))
     check_fits(ckpt, module)
     module.load_state_dict(ckpt["state_dict"])
+    for plugin in plugins:  # a layer pattern that matches nothing fails now, before testing
+        plugin.targets(model)
     averaging = model_weights(ckpt)[1]  # callbacks=[ema]: the checkpoint's state_dict holds the average
+    chosen = which if Path(plain["ckpt_path"]).expanduser().is_dir() else None
+    return EvalPlan(plain, plugins, ckpt_path, chosen, stored, datamodule, module, averaging)
+
+
+def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
+    """Rebuild the model stored in ``cfg.ckpt_path`` (a checkpoint, or a run directory: its last.ckpt, else its best
+    one) and report its test metrics, on the data it was trained on unless ``cfg`` chooses other data. ``cfg``: an
+    eval config, or the plan :func:`check_eval` made of one (the CLI checks it before Hydra makes the directory)."""
+    plan = cfg if isinstance(cfg, EvalPlan) else check_eval(cfg)
+    plain, plugins, ckpt_path, stored, datamodule, module = (plan.plain, plan.plugins, plan.ckpt_path, plan.stored,
+                                                             plan.datamodule, plan.module)
+    model, averaging = module.model, plan.averaging
+    if plan.chosen:
+        log.info("evaluating %s (%s)", ckpt_path, plan.chosen)
     if averaging:
         log.info("evaluating the %s weights of %s (the run averaged its weights; the trained ones are its "
                  "current_model_state)", averaging, ckpt_path)
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir("eval")  # as the CLI: outputs/eval/...
     claim_run_dir(run_dir, "eval")  # its eval_metrics.json must replace no earlier record (the CLI's: taken over)
-    for plugin in plugins:  # a layer pattern that matches nothing fails now, before testing
+    for plugin in plugins:  # what a plugin checks as it attaches (feature_capture: where its images go)
         plugin.attach(model, run_dir=run_dir).remove()
     trainer_options = eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {})
     trainer = build_trainer({**stored, "trainer": trainer_options, "hooks": None, "logger": None},

@@ -36,6 +36,7 @@ from modelforge.errors import CheckpointError, UnknownNameError, allocation_erro
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.models.heads import check_classifier_output
 from modelforge.train.callbacks import build_callbacks, check_loggers
+from modelforge.train.checkpoints import resume_checkpoint
 from modelforge.train.compiled import check_compile
 from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
 from modelforge.train.optim import build_optimizer, validate_optim
@@ -67,7 +68,8 @@ class RunConfig:
     label_smoothing: float
     channels_last: bool
     compile: bool
-    ckpt_path: str | None
+    ckpt_path: str | None  # the checkpoint file resumed from (a run directory given: its last.ckpt)
+    checkpoint: dict[str, Any] | None = None  # ckpt_path's contents, read and checked against this run
     transfer: Transfer = field(default_factory=Transfer)  # init.from loaded, freeze applied to ``network``
     compile_backend: str = "inductor"
     compile_mode: str | None = None
@@ -86,7 +88,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     require_probability(label_smoothing, "label_smoothing")
     if monitor not in MONITORED_METRICS:
         raise UnknownNameError("metric", monitor, MONITORED_METRICS, path="monitor")
-    if ckpt_path is not None and not Path(ckpt_path).expanduser().is_file():
+    if ckpt_path is not None and not Path(ckpt_path).expanduser().exists():
         raise CheckpointError(f"ckpt_path: no checkpoint file at {Path(ckpt_path).expanduser()}")
     if plain["cuda_graph"]:  # a captured step has one batch shape: the ragged last training batch is left out
         plain["data"] = {**(plain.get("data") or {}), "drop_last": True}
@@ -114,9 +116,12 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     divergence_bound(plain)
     check_compile(plain)
+    # Read and checked here, once (train resumes from what was read): a bad file leaves no run directory.
+    ckpt_path, checkpoint = resume_checkpoint(ckpt_path, network, plain) if ckpt_path is not None else (None, None)
     if plain["cuda_graph"]:
         check_cuda_graph(plain, plugins, build_optimizer(network, plain.get("optim") or {}), datamodule)
     return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
                      channels_last=plain["channels_last"], compile=plain["compile"], ckpt_path=ckpt_path,
+                     checkpoint=checkpoint,
                      transfer=transfer, compile_backend=plain["compile_backend"], compile_mode=plain["compile_mode"],
                      cuda_graph=plain["cuda_graph"])

@@ -78,7 +78,7 @@ def test_a_mismatch_fails_with_exit_code_1_and_records_why(run: Path, monkeypatc
     path = export(run / "checkpoints" / "last.ckpt", "pt2", tmp_path, check=False)
     monkeypatch.setattr(exporting, "open_model", lambda p: (lambda x, chunk: open_model(p)(x, chunk) + 1e-3))
     with pytest.raises(ExportError, match=r"does not compute what the model computes: max abs difference 1\.00e-03 "
-                                          r"\(atol 0\.0001\), top-1 agreement 100\.00% \(64/64\)") as caught:
+                                          r"\(atol 0\.0001, rtol 1e-05\), top-1 agreement 100\.00% \(64/64\)") as caught:
         check_export(load_model(run / "checkpoints" / "last.ckpt"), path, "pt2")
     assert caught.value.exit_code == 1
     assert json.loads(path.with_name(path.name + ".check.json").read_text())["passed"] is False
@@ -91,6 +91,8 @@ def test_bad_options_are_one_message_before_any_work(run: Path, tmp_path: Path) 
         export(run, "torchscript", method="trce")
     with pytest.raises(ConfigError, match=r"^atol: got -1\.0\n  allowed: a number > 0"):
         export(run, "pt2", atol=-1.0)
+    with pytest.raises(ConfigError, match=r"^rtol: got -1e-05\n  allowed: a number >= 0"):
+        export(run, "pt2", rtol=-1e-5)
     with pytest.raises(ConfigError, match=r"output: .*model\.onnx does not name a pt2 file"):
         export(run, "pt2", tmp_path / "model.onnx")
 

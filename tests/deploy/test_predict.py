@@ -264,7 +264,7 @@ def test_a_module_without_metadata_is_refused_with_a_hint(digits) -> None:
 
     with pytest.raises(ConfigError, match=r"carries no modelforge_meta.*\n  hint: load it with modelforge.load_model"):
         predict(build_model({"name": "mlp", "hidden_sizes": [8]}), digits[1])
-    with pytest.raises(DataError, match=r"uint8 \[H, W\] or \[N, H, W\], got torch.float32"):
+    with pytest.raises(DataError, match=r"uint8 \[H, W\] or \[N, H, W\] \(gray\), or \[N, C, H, W\] .*, got torch.float32"):
         predict(build_model({"name": "mlp"}), digits[1].float())
 
 

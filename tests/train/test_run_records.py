@@ -9,10 +9,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
+from modelforge.cli.run_checks import CheckEvalBeforeRun
 from modelforge.config import conf_dir
 from modelforge.errors import ConfigError
 from modelforge.train import train
-from modelforge.train.records import KeepRunRecords, check_run_dir
+from modelforge.train.records import check_run_dir
 from tests.train.conftest import compose_train, tiny_cli_args
 
 
@@ -40,17 +41,21 @@ def test_eval_into_a_training_run_dir_is_refused_and_leaves_it_byte_for_byte(run
     assert _snapshot(run) == before
 
 
-def test_the_callback_refuses_train_too_whatever_set_the_run_dir(tiny_mnist: Path, tmp_path: Path) -> None:
+def test_eval_s_callback_refuses_a_run_directory_whatever_set_it(tiny_mnist: Path, tmp_path: Path) -> None:
+    """The callback itself, as Hydra calls it before making the directory (the config file may set hydra.run.dir)."""
     run = tmp_path / "run"
     train(compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true"), run_dir=run)
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("train", overrides=[f"hydra.run.dir={run}"], return_hydra_config=True)
+        cfg = compose("eval", overrides=[f"hydra.run.dir={run}", f"ckpt_path={run}", f"data.data_dir={tiny_mnist}"],
+                      return_hydra_config=True)
+    before = _snapshot(run)
     try:
         with pytest.raises(SystemExit) as stopped:
-            KeepRunRecords().on_run_start(cfg)
+            CheckEvalBeforeRun().on_run_start(cfg)
     finally:
         HydraConfig.instance().cfg = None  # it set Hydra's config, as run_job does: later runs here are not under Hydra
     assert stopped.value.code == 2
+    assert _snapshot(run) == before
     with pytest.raises(ConfigError, match=r"already holds a run \(metrics.json, config.yaml"):
         check_run_dir(run, "train")
     check_run_dir(tmp_path / "new", "eval")  # a new directory is fine
