@@ -85,7 +85,7 @@ def test_continued_commands_are_joined_and_comments_read() -> None:
     export = next(c for c in COMMANDS if c.text == onnx)
     assert [line.split()[:2] for line in export.shown] == [["exported", "cnn"], ["check", "passed:"]]
     block = next(c for c in COMMANDS if c.kind == "python" and "207,018" in c.text)
-    assert readme_commands.printed_words(block) == ["207,018"]
+    assert readme_commands.printed_words(block) == ["207,018", "{'module'"]
 
 
 def test_every_command_is_known_and_every_block_has_a_language() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import resource
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -53,7 +54,6 @@ def test_same_seed_same_weights_and_init_drawn_once_per_block() -> None:
     assert a["nodes.stem.conv.weight"].std().item() == pytest.approx((2 / (64 * 9)) ** 0.5, rel=0.15)
 
 
-@BLOCKS.register("test_refuses_empty_batch")
 class _RefusesEmptyBatch(nn.Module):
     """A block whose forward reads a value: it cannot run on an empty batch."""
 
@@ -63,6 +63,15 @@ class _RefusesEmptyBatch(nn.Module):
         return x * float(x.abs().max() >= 0)
 
 
+@pytest.fixture
+def refuses_empty_batch() -> Iterator[None]:
+    """The block registered for one test only: a name left behind would show in every listing of the registry."""
+    BLOCKS.add("test_refuses_empty_batch", _RefusesEmptyBatch)
+    yield
+    BLOCKS._entries.pop("test_refuses_empty_batch")
+
+
+@pytest.mark.usefixtures("refuses_empty_batch")
 def test_a_block_that_refuses_an_empty_batch_still_builds() -> None:
     model = build_model(graph({"odd": {"block": "test_refuses_empty_batch"}, "flat": {"block": "flatten"},
                                "head": {"block": "nn.Linear", "args": {"out_features": 3}}}))
