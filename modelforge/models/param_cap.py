@@ -77,9 +77,11 @@ class ParamBudget:
         require_positive(max_params, f"{path}.max_params")
         self.max_params, self.path = max_params, path
 
-    def check_before(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str) -> None:
-        """Refuse a block that alone would hold more than the cap, made on the meta device only if it could."""
-        if _bound(kwargs) * 16 <= self.max_params:
+    def check_before(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str,
+                     bound: int | None = None) -> None:
+        """Refuse a block that alone would hold more than the cap, made on the meta device only if it could
+        (``bound``: :func:`size_bound` of ``kwargs``, if known)."""
+        if (size_bound(kwargs) if bound is None else bound) * 16 <= self.max_params:
             return
         try:
             with torch.device("meta"):
@@ -90,8 +92,8 @@ class ParamBudget:
             check_param_count(probe, self.max_params, self.path, where=where)
 
 
-def _bound(kwargs: Mapping[str, Any]) -> int:
-    """The largest of: the product of the sizes in a list argument (a shape), the product of the three largest
+def size_bound(kwargs: Mapping[str, Any]) -> int:
+    """A bound on the values of a block's largest weight, from its arguments alone: the largest of: the product of the sizes in a list argument (a shape), the product of the three largest
     whole-number arguments, the largest squared; divided by ``groups`` (a grouped convolution's weight)."""
     scalars: list[int] = []
     shapes = [1]
