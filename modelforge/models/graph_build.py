@@ -345,9 +345,9 @@ class GraphBuilder:
         if not inputs and isinstance(factory, type) and _max_inputs(factory) != 0:
             _check_inputs(name, block_name, factory, labels, shapes, described, path)  # before it fails unfed
         kwargs = infer_widths(factory, args, shapes)
-        bound = self.dry_run.check_size(factory, kwargs, path)  # before the block is allocated
+        self.dry_run.check_size(factory, kwargs, path)  # before the block is allocated
         try:
-            block = self.dry_run.make(factory, kwargs, bound)
+            block = self.dry_run.make(factory, kwargs)
         except ConfigError as exc:  # a block of ours refusing one of its arguments
             raise ConfigError(f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
                               f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.layers.init_once import DeferredFills
-from modelforge.models.param_cap import ParamBudget, size_bound
+from modelforge.models.param_cap import ParamBudget, size_guess
 from modelforge.models.shapes import shown_shape
 
 # A block whose largest weight may hold this many values or more is made with torch's default fills deferred
@@ -42,22 +42,19 @@ class DryRun:
     def __init__(self, init: Callable[[nn.Module], None] | None = None, budget: ParamBudget | None = None) -> None:
         self.init, self.budget = init, budget
 
-    def check_size(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str) -> int:
-        """Refuse a block that would hold more than the model's ``max_params`` (``where``: its node's path); return
-        a bound on its largest weight (:func:`~modelforge.models.param_cap.size_bound`), for :meth:`make`."""
-        bound = size_bound(kwargs)
+    def check_size(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str) -> None:
+        """Refuse a block that would hold more than the model's ``max_params`` (``where``: its node's path)."""
         if self.budget is not None:
-            self.budget.check_before(factory, kwargs, where, bound)
-        return bound
+            self.budget.check_before(factory, kwargs, where)
 
-    def make(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], bound: int | None = None) -> nn.Module:
-        """``factory(**kwargs)`` with the init rules applied. In a block whose largest weight may hold
-        ``DEFER_FROM`` values or more (``bound``), torch's default fill of a weight that a rule fills again is
-        never drawn (:class:`~modelforge.layers.init_once.DeferredFills`: for smaller blocks, watching their
-        construction costs more than the draws it saves)."""
+    def make(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any]) -> nn.Module:
+        """``factory(**kwargs)`` with the init rules applied. In a block whose largest weight holds about
+        ``DEFER_FROM`` values or more (:func:`~modelforge.models.param_cap.size_guess`), torch's default fill of a
+        weight that a rule fills again is never drawn (:class:`~modelforge.layers.init_once.DeferredFills`: for
+        smaller blocks, watching their construction costs more than the draws it saves)."""
         if self.init is None:
             return factory(**kwargs)
-        if (size_bound(kwargs) if bound is None else bound) < DEFER_FROM:
+        if size_guess(kwargs) < DEFER_FROM:
             block = factory(**kwargs)
         else:
             with DeferredFills():

@@ -77,11 +77,9 @@ class ParamBudget:
         require_positive(max_params, f"{path}.max_params")
         self.max_params, self.path = max_params, path
 
-    def check_before(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str,
-                     bound: int | None = None) -> None:
-        """Refuse a block that alone would hold more than the cap, made on the meta device only if it could
-        (``bound``: :func:`size_bound` of ``kwargs``, if known)."""
-        if (size_bound(kwargs) if bound is None else bound) * 16 <= self.max_params:
+    def check_before(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str) -> None:
+        """Refuse a block that alone would hold more than the cap, made on the meta device only if it could."""
+        if size_bound(kwargs) * 16 <= self.max_params:
             return
         try:
             with torch.device("meta"):
@@ -93,8 +91,18 @@ class ParamBudget:
 
 
 def size_bound(kwargs: Mapping[str, Any]) -> int:
-    """A bound on the values of a block's largest weight, from its arguments alone: the largest of: the product of the sizes in a list argument (a shape), the product of the three largest
+    """The largest of: the product of the sizes in a list argument (a shape), the product of the three largest
     whole-number arguments, the largest squared; divided by ``groups`` (a grouped convolution's weight)."""
+    return _sizes(kwargs, squared=True)
+
+
+def size_guess(kwargs: Mapping[str, Any]) -> int:
+    """:func:`size_bound` without the largest squared: roughly the values of a block's largest weight (a
+    convolution's or a linear layer's; a norm's ``num_features`` alone is not a weight's size)."""
+    return _sizes(kwargs, squared=False)
+
+
+def _sizes(kwargs: Mapping[str, Any], squared: bool) -> int:
     scalars: list[int] = []
     shapes = [1]
     groups = kwargs.get("groups")
@@ -106,5 +114,5 @@ def size_bound(kwargs: Mapping[str, Any]) -> int:
             scalars.append(value)
     scalars.sort()
     largest = scalars[-1] if scalars else 1
-    bound = max(max(shapes), math.prod(scalars[-3:]), largest * largest)
+    bound = max(max(shapes), math.prod(scalars[-3:]), largest * largest if squared else 0)
     return bound // groups if isinstance(groups, int) and not isinstance(groups, bool) and groups > 1 else bound
