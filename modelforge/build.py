@@ -165,7 +165,8 @@ def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFi
         if seed is not None:
             torch.manual_seed(seed)
         model = factory(**values)
-        initialize(model, init)  # models that take `init` applied it themselves
+        if init:  # models that take `init` applied it themselves
+            initialize(model, init)
     return model
 
 

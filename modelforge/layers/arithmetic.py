@@ -31,10 +31,17 @@ from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
 
 
+def broadcast_shape(shapes: Sequence[Sequence[int]]) -> list[int]:
+    """The shape tensors of these shapes broadcast to (RuntimeError if they do not): ``torch.broadcast_tensors`` of
+    views without storage. ``torch.broadcast_shapes`` gives the same, but its first call imports sympy (~0.5 s)."""
+    scalar = torch.zeros(())
+    return list(torch.broadcast_tensors(*[scalar.expand(list(s)) for s in shapes])[0].shape)
+
+
 def broadcast_problem(shapes: Sequence[Sequence[int]], outer: bool = False) -> str | None:
     """Why tensors of these shapes do not combine element-wise (None: they do; ``outer``: to any shape)."""
     try:
-        result = list(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+        result = broadcast_shape(shapes)
     except RuntimeError:
         return "do not broadcast"
     if not outer and all(list(s) != result for s in shapes):
@@ -200,7 +207,7 @@ class MaskedFill(nn.Module):
         if len(shapes) != 2:
             return f"takes 2 inputs (a tensor and a mask), got {len(shapes)}:"
         problem = broadcast_problem(shapes)
-        if problem or list(torch.broadcast_shapes(*map(torch.Size, shapes))) != list(shapes[0]):
+        if problem or broadcast_shape(shapes) != list(shapes[0]):
             return "takes a mask that broadcasts to the first input's shape; got"
         return None
 

@@ -81,9 +81,8 @@ def batch_dim_problem(module: nn.Module, shapes: Sequence[Sequence[int]],
                       batched: Sequence[bool]) -> BatchProblem | None:
     """Why ``module`` would touch the batch dimension of its inputs (of ``shapes``; ``batched``: which have one,
     first); None: it does not."""
-    own = getattr(module, "batch_problem", None)
-    if own is not None:
-        return own(shapes, batched)
+    if hasattr(type(module), "batch_problem"):  # a method (looked up on the class: a miss on a module is slow)
+        return module.batch_problem(shapes, batched)
     if not shapes or not batched[0]:
         return None
     ndim = len(shapes[0])
@@ -112,7 +111,7 @@ _TRANSFORMERS = (nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder, n
 def output_has_batch_first(module: nn.Module, index: Sequence[int]) -> bool:
     """Whether part ``index`` of ``module``'s output (``()``: all of it) has the batch dimension first, its input
     having it first: not the states of an RNN ([layers, B, H]) nor what a module with ``batch_first=False`` gives."""
-    if getattr(module, "keep_all", False) and index:  # a repeated node read copy by copy (node.i)
+    if vars(module).get("keep_all") and index:  # a repeated node read copy by copy (node.i)
         return output_has_batch_first(module[index[0]], index[1:])
     if isinstance(module, nn.RNNBase):
         return bool(index) and index[0] == 0 and module.batch_first

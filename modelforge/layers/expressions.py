@@ -101,7 +101,9 @@ def resolve_string(text: str, names: Mapping[str, Any], path: str) -> Any:
         return tree.value if isinstance(tree.value, str) else text
     if isinstance(tree, ast.Lambda):
         return _evaluate_tree(tree, text, names, path)
-    if isinstance(tree, ast.Name) and tree.id not in names and tree.id not in _CONSTANTS:
+    if isinstance(tree, ast.Name) and tree.id in names:  # most arguments of a composite's parts: a parameter
+        return names[tree.id]
+    if isinstance(tree, ast.Name) and tree.id not in _CONSTANTS:
         close = closest_names(tree.id, names)
         if close:
             raise ConfigError(path, f"{text!r} is not a parameter here", suggestions=close,
@@ -110,6 +112,11 @@ def resolve_string(text: str, names: Mapping[str, Any], path: str) -> Any:
     numbers, words = _numbers_and_names(tree)
     if not numbers and not any(word in names or word in _CALLS for word in words):
         return text  # words and punctuation without a parameter or a number: "leaky-relu", "nn.GELU"
+    return _evaluated(tree, text, words, names, path)
+
+
+def _evaluated(tree: ast.expr, text: str, words: frozenset[str], names: Mapping[str, Any], path: str) -> Any:
+    """:func:`_evaluate_tree`, or the value it gave for the same names' values."""
     key = _evaluation_key(text, words, names)
     if key in _EVALUATED:
         return _EVALUATED[key]
@@ -166,7 +173,9 @@ def evaluate(text: str, names: Mapping[str, Any], path: str) -> Any:
     tree = _parse(text)
     if tree is None:
         raise ConfigError(path, f"cannot parse expression {text!r}", allowed=ALLOWED)
-    return _evaluate_tree(tree, text, names, path)
+    if isinstance(tree, ast.Lambda):
+        return _evaluate_tree(tree, text, names, path)
+    return _evaluated(tree, text, _numbers_and_names(tree)[1], names, path)
 
 
 def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: str) -> Any:
@@ -285,12 +294,15 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
     return walk(tree)
 
 
+_PLAIN = (int, float, type(None))  # bool is an int
+
+
 def resolve_args(value: Any, names: Mapping[str, Any], path: str) -> Any:
     """``value`` with every expression string in it (in nested lists and mappings too) evaluated."""
     if isinstance(value, str):
         return resolve_string(value, names, path)
-    if isinstance(value, Mapping):
-        return {k: resolve_args(v, names, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, Mapping):  # a graph resolves every node's arguments: numbers skip the call
+        return {k: v if isinstance(v, _PLAIN) else resolve_args(v, names, f"{path}.{k}") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [resolve_args(v, names, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [v if isinstance(v, _PLAIN) else resolve_args(v, names, f"{path}[{i}]") for i, v in enumerate(value)]
     return value

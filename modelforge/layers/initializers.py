@@ -105,8 +105,20 @@ def make_init_fn(init_cfg: Mapping[str, Any], path: str = "model.init") -> Calla
     Rules: ``conv`` and ``linear`` fill those layers' weights, ``bias`` their
     biases, ``norm`` the weights (scales) of normalization layers.
     """
-    rules = {key: make_initializer(init_cfg.get(key, "default"), f"{path}.{key}") for key in INIT_RULES}
+    return _init_module(_rules(init_cfg, path))
 
+
+def make_block_init(init_cfg: Mapping[str, Any], path: str = "model.init") -> Callable[[nn.Module], None] | None:
+    """:func:`make_init_fn`'s function, or None when every rule keeps PyTorch's init (nothing to apply)."""
+    rules = _rules(init_cfg, path)
+    return _init_module(rules) if any(rule is not None for rule in rules.values()) else None
+
+
+def _rules(init_cfg: Mapping[str, Any], path: str) -> dict[str, TensorInit | None]:
+    return {key: make_initializer(init_cfg.get(key, "default"), f"{path}.{key}") for key in INIT_RULES}
+
+
+def _init_module(rules: Mapping[str, TensorInit | None]) -> Callable[[nn.Module], None]:
     def init_module(module: nn.Module) -> None:
         if isinstance(module, nn.modules.conv._ConvNd):
             weight_rule = rules["conv"]

@@ -27,8 +27,11 @@ def model_override(override: str) -> str:
     return f"{prefix}model.{override[len(prefix):]}"
 
 
+PRIMARY = "create_model"  # conf/create_model.yaml: the model group alone
+
+
 def compose_model(name: str, overrides: Sequence[str], folders: Sequence[Path]) -> DictConfig:
-    """The ``summary`` config with ``model=name`` and the model ``overrides``; ``folders``: the config folders,
+    """The config ``{model: ...}`` of ``model=name`` with the model ``overrides``; ``folders``: the config folders,
     conf/ first then the user's (searched before it, as ``--config-dir`` is)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -41,10 +44,10 @@ def compose_model(name: str, overrides: Sequence[str], folders: Sequence[Path]) 
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             try:
-                return compose("summary", overrides=[f"model={name}", *extra, *map(model_override, overrides)])
+                return compose(PRIMARY, overrides=[f"model={name}", *extra, *map(model_override, overrides)])
             except (HydraException, OmegaConfBaseException) as exc:
                 raise _refused(exc, name, overrides, folders,
-                               lambda: compose("summary", overrides=[f"model={name}", *extra])) from None
+                               lambda: compose(PRIMARY, overrides=[f"model={name}", *extra])) from None
             except RecursionError:
                 raise _cycle_error(name, folders) from None
     finally:

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from modelforge.config import require_positive, schema_from_signature
 from modelforge.errors import ConfigError
 from modelforge.layers.expressions import resolve_args
-from modelforge.layers.initializers import make_init_fn
+from modelforge.layers.initializers import make_block_init
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.models.graph_bounds import MAX_NODES, MAX_REPEAT, Bounds, check_size
@@ -185,7 +185,7 @@ def build_graph(
     builder, table, scope = _checked_graph(nodes, in_channels, input_size, n_classes, output, features, params, blocks,
                                            scales, scale, max_repeat, max_nodes, path)
     _last_checked.clear()  # checked once per build: a later build of the same objects checks them again
-    builder.dry_run = DryRun(make_init_fn(init or {}, f"{path}.init"), ParamBudget(max_params, path))
+    builder.dry_run = DryRun(make_block_init(init or {}, f"{path}.init"), ParamBudget(max_params, path))
     input_shape = (in_channels, *input_size)
     with torch.no_grad():  # the init rules fill weights in place; the dry run needs no graph of its own
         graph, output_value = builder.build(table, (empty_batch(*input_shape),), scope, top=True)

@@ -68,15 +68,17 @@ def repeat_count(node: NodeConfig, names: Mapping[str, Any], path: str) -> int |
 def check_size(table: NodeTable, composites: Mapping[str, Composite], names: Mapping[str, Any], scale: Scale,
                bounds: Bounds) -> None:
     """Refuse a model whose repeats or node count exceed ``bounds``, from its tables alone."""
-    sizes = {name: _node_size(table, name, composites, names, scale, bounds, top=True) for name in table.order}
+    fixed_sizes: dict[str, int] = {}  # composites without a repeat inside: one size, whatever their arguments
+    sizes = {name: _node_size(table, name, composites, names, scale, bounds, True, fixed_sizes) for name in table.order}
     biggest = max(sizes, key=sizes.__getitem__)
     bounds.check_nodes(sum(sizes.values()), f"{table.path}.nodes.{biggest}",
                        f" (up to {sizes[biggest]:,} from node {biggest!r} and its copies and parts)")
 
 
 def _node_size(table: NodeTable, name: str, composites: Mapping[str, Composite], names: Mapping[str, Any],
-               scale: Scale, bounds: Bounds, top: bool) -> int:
-    """How many nodes one node of ``table`` builds, copies and composite parts included (an upper bound)."""
+               scale: Scale, bounds: Bounds, top: bool, fixed_sizes: dict[str, int]) -> int:
+    """How many nodes one node of ``table`` builds, copies and composite parts included (an upper bound);
+    ``fixed_sizes``: the parts of the composites whose size their arguments do not change, as they are counted."""
     node, path = table.nodes[name], f"{table.path}.nodes.{name}"
     try:
         count = repeat_count(node, names, path)
@@ -94,10 +96,25 @@ def _node_size(table: NodeTable, name: str, composites: Mapping[str, Composite],
     fixed = {}
     if composite.config.repeats and count is not None:
         fixed, count = {composite.config.repeats: count}, None  # the count goes inside (C2f's bottlenecks)
-    scope = _composite_scope(composite, node, names, fixed)
-    inner = sum(_node_size(composite.table, part, composites, scope, scale, bounds, top=False)
-                for part in composite.table.order)
+    inner = fixed_sizes.get(composite.name)
+    if inner is None:
+        scope = _composite_scope(composite, node, names, fixed)
+        inner = sum(_node_size(composite.table, part, composites, scope, scale, bounds, False, fixed_sizes)
+                    for part in composite.table.order)
+        if not _repeats_inside(composite, composites):
+            fixed_sizes[composite.name] = inner
     return (count or 1) * (1 + inner)
+
+
+def _repeats_inside(composite: Composite, composites: Mapping[str, Composite], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether a node of ``composite``, or of a composite it uses, repeats (its size then depends on arguments)."""
+    for node in composite.table.nodes.values():
+        if node.repeat is not None:
+            return True
+        inner = composites.get(node.block)
+        if inner is not None and inner.name not in seen and _repeats_inside(inner, composites, seen | {composite.name}):
+            return True
+    return False
 
 
 def _composite_scope(composite: Composite, node: NodeConfig, names: Mapping[str, Any],

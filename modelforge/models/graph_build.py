@@ -62,12 +62,11 @@ class Graph(nn.ModuleDict):
                  several_outputs: bool = False, block: str = "graph", n_inputs: int = 1,
                  call_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
         super().__init__(nodes)
-        self.wiring = wiring
-        self.output = output
-        self.several_outputs = several_outputs
-        self.block = block
-        self.n_inputs = n_inputs
-        self.call_kwargs = call_kwargs or {}  # node -> keyword arguments of its forward (a node's `kwargs`)
+        # plain values, set as nn.Module.__setattr__ would set them (without its checks for tensors and modules:
+        # a model holds a Graph per composite instance)
+        vars(self).update(wiring=wiring, output=output, several_outputs=several_outputs, block=block,
+                          n_inputs=n_inputs,
+                          call_kwargs=call_kwargs or {})  # node -> keyword arguments of its forward (`kwargs`)
 
     @property
     def composite_name(self) -> str | None:
@@ -165,8 +164,8 @@ def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: l
     if not labels and most != 0:
         raise ConfigError(f"{path}.inputs", f"node {name!r} reads no input, but block {block_name!r} needs one",
                           hint="remove `inputs: []` to read the node above, or name the nodes it reads")
-    check = None if isinstance(block, type) else getattr(block, "check_shapes", None)
-    problem = check([list(s) for s in shapes]) if check is not None and labels else None
+    has_check = not isinstance(block, type) and hasattr(type(block), "check_shapes")  # a method: the class has it
+    problem = block.check_shapes([list(s) for s in shapes]) if has_check and labels else None
     if problem:
         raise ConfigError(path, f"node {name!r} {problem} {described}")
 
@@ -181,6 +180,10 @@ class GraphBuilder:
         self.bounds = bounds
         self.built = 0  # nodes built so far, copies and composite parts included
         self.dry_run = dry_run or DryRun()  # makes each block and runs it on an empty batch: shapes, no arithmetic
+        # a composite's table is built once per instance: its nodes' blocks are resolved and their argument names
+        # checked once per build (the registries do not change while a model is built)
+        self._factories: dict[str, Any] = {}
+        self._names_checked: set[int] = set()  # id() of the NodeConfigs whose args' names were checked
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph", batched: tuple[bool, ...] | None = None) -> tuple[Graph, Any]:
@@ -288,8 +291,11 @@ class GraphBuilder:
         composite = self.composites.get(node.block)
         factory = None
         if composite is None:
-            factory = resolve_block(node.block, f"{path}.block")
-            check_kwargs(factory, node.args, f"{path}.args", f"block {node.block!r}")
+            factory = self._factories.get(node.block) or self._factories.setdefault(
+                node.block, resolve_block(node.block, f"{path}.block"))
+            if id(node) not in self._names_checked:
+                check_kwargs(factory, node.args, f"{path}.args", f"block {node.block!r}")
+                self._names_checked.add(id(node))
         elif call_kwargs:
             raise ConfigError(f"{path}.kwargs", f"composite block {node.block!r} takes no forward keyword arguments",
                               hint="set them on the nodes inside the composite, or pass values as its args")

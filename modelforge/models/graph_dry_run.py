@@ -21,8 +21,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from modelforge.models.param_cap import ParamBudget
+from modelforge.layers.init_once import DeferredFills
+from modelforge.models.param_cap import ParamBudget, size_guess
 from modelforge.models.shapes import shown_shape
+
+# A block whose largest weight may hold this many values or more is made with torch's default fills deferred
+# (the break-even of watching its construction, measured on mobilenet_v3_small and densenet121).
+DEFER_FROM = 8192
 
 
 def empty_batch(*shape: int) -> Tensor:
@@ -43,9 +48,21 @@ class DryRun:
             self.budget.check_before(factory, kwargs, where)
 
     def make(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any]) -> nn.Module:
-        """``factory(**kwargs)`` with the init rules applied."""
-        block = factory(**kwargs)
-        if self.init is not None and isinstance(block, nn.Module):
+        """``factory(**kwargs)`` with the init rules applied. In a block whose largest weight holds about
+        ``DEFER_FROM`` values or more (:func:`~modelforge.models.param_cap.size_guess`), torch's default fill of a
+        weight that a rule fills again is never drawn (:class:`~modelforge.layers.init_once.DeferredFills`: for
+        smaller blocks, watching their construction costs more than the draws it saves)."""
+        if self.init is None:
+            return factory(**kwargs)
+        if size_guess(kwargs) < DEFER_FROM:
+            block = factory(**kwargs)
+        else:
+            with DeferredFills():
+                block = factory(**kwargs)
+                if isinstance(block, nn.Module):
+                    block.apply(self.init)
+                return block
+        if isinstance(block, nn.Module):
             block.apply(self.init)
         return block
 

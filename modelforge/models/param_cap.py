@@ -79,7 +79,7 @@ class ParamBudget:
 
     def check_before(self, factory: Callable[..., nn.Module], kwargs: dict[str, Any], where: str) -> None:
         """Refuse a block that alone would hold more than the cap, made on the meta device only if it could."""
-        if _bound(kwargs) * 16 <= self.max_params:
+        if size_bound(kwargs) * 16 <= self.max_params:
             return
         try:
             with torch.device("meta"):
@@ -90,9 +90,19 @@ class ParamBudget:
             check_param_count(probe, self.max_params, self.path, where=where)
 
 
-def _bound(kwargs: Mapping[str, Any]) -> int:
+def size_bound(kwargs: Mapping[str, Any]) -> int:
     """The largest of: the product of the sizes in a list argument (a shape), the product of the three largest
     whole-number arguments, the largest squared; divided by ``groups`` (a grouped convolution's weight)."""
+    return _sizes(kwargs, squared=True)
+
+
+def size_guess(kwargs: Mapping[str, Any]) -> int:
+    """:func:`size_bound` without the largest squared: roughly the values of a block's largest weight (a
+    convolution's or a linear layer's; a norm's ``num_features`` alone is not a weight's size)."""
+    return _sizes(kwargs, squared=False)
+
+
+def _sizes(kwargs: Mapping[str, Any], squared: bool) -> int:
     scalars: list[int] = []
     shapes = [1]
     groups = kwargs.get("groups")
@@ -104,5 +114,5 @@ def _bound(kwargs: Mapping[str, Any]) -> int:
             scalars.append(value)
     scalars.sort()
     largest = scalars[-1] if scalars else 1
-    bound = max(max(shapes), math.prod(scalars[-3:]), largest * largest)
+    bound = max(max(shapes), math.prod(scalars[-3:]), largest * largest if squared else 0)
     return bound // groups if isinstance(groups, int) and not isinstance(groups, bool) and groups > 1 else bound
