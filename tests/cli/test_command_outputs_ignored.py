@@ -22,7 +22,9 @@ def _documented_outputs() -> set[str]:
     for page in pages:
         for key, path in OUTPUT.findall(page.read_text(encoding="utf-8")):
             first = path.rstrip("./").split("/")[0]
-            if first and not first.split(".")[0].isupper():  # not a placeholder: RUN, FILE.svg
+            # not a placeholder (RUN, FILE.svg), nor under bad/: errors.md's damaged files, where each command
+            # is refused and writes nothing
+            if first and not first.split(".")[0].isupper() and first != "bad":
                 path = path.rstrip(".")
                 found.add(f"{path.rstrip('/')}/" if key.startswith("hydra.") else path)  # a run's directory
     return found
