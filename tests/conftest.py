@@ -37,11 +37,28 @@ SHIPPED_MODELS = ", ".join(sorted(path.stem for path in (REPO / "conf" / "model"
 REAL_MNIST = Path(os.environ.get("MODELFORGE_REAL_MNIST", REPO.parent / "shared" / "datasets" / "mnist"))
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a process a test starts: ours plus ``extra``, Hydra's one-line errors, and without
+    pytest's PYTEST_CURRENT_TEST (modelforge would take the child for a test itself)."""
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", **extra}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """96 train / 32 test learnable images in the four IDX files, one folder per test module."""
+    from tests.data_helpers import write_mnist_idx
+
+    folder = tmp_path_factory.mktemp("tiny_mnist")
+    write_mnist_idx(folder, n_train=96, n_test=32)
+    return folder
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `python -m modelforge ARGS` as a user would; returns the finished process."""
-    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
-    full_env.pop("PYTEST_CURRENT_TEST", None)
+    full_env = child_env(**(env or {}))
     return subprocess.run([sys.executable, "-m", "modelforge", *args], cwd=cwd or REPO, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 

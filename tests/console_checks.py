@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.conftest import child_env
+
 LOG_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[")
 ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Lightning's rank-zero notices and its checkpoint notice: none of them tells a modelforge user anything.
@@ -58,8 +60,7 @@ def glued_log_records(terminal_output: str) -> list[str]:
 def run_in_terminal(*args: str, cwd: Path, timeout: float = 300) -> tuple[int, str]:
     """``python -m modelforge ARGS`` with a pseudo-terminal as its stdin, stdout and stderr:
     its exit code and everything it wrote there, escape sequences and carriage returns included."""
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "TERM": "xterm-256color"}
-    env.pop("PYTEST_CURRENT_TEST", None)
+    env = child_env(TERM="xterm-256color")
     main, child_end = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "modelforge", *args], cwd=cwd, env=env,
                             stdin=child_end, stdout=child_end, stderr=child_end, close_fds=True)

@@ -27,7 +27,6 @@ from modelforge.deploy.runtime import open_model
 from modelforge.errors import CheckpointError, ConfigError
 from modelforge.train import train
 from tests.conftest import REPO
-from tests.data_helpers import write_mnist_idx
 from tests.deploy import payloads
 from tests.deploy.conftest import needs_onnx
 from tests.train.conftest import compose_train, tiny_cli_args
@@ -52,13 +51,6 @@ PT2_REFUSALS = {
     "legacy pickled weights": r"holds data/weights/model\.pt: pickled weights \(the legacy format\), which "
                               r"torch\.export\.load would unpickle; refused unopened",
 }
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_mnist")
-    write_mnist_idx(folder, n_train=96, n_test=32)
-    return folder
 
 
 @pytest.fixture(scope="module")

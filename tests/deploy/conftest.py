@@ -22,3 +22,9 @@ def train_small_cnn(data_dir: Path, run_dir: Path) -> Path:
     """One epoch of SMALL_CNN on ``data_dir`` into ``run_dir``."""
     train(compose_train(data_dir, *SMALL_CNN), run_dir=run_dir)
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def small_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SMALL_CNN trained on the module's tiny data (tests/conftest.py)."""
+    return train_small_cnn(tiny_data, tmp_path_factory.mktemp("runs") / "small")

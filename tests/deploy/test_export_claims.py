@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,21 +19,7 @@ import torch
 from modelforge.deploy.export import export
 from modelforge.deploy.load import load_model
 from modelforge.deploy.runtime import open_model
-from tests.conftest import run_cli
-from tests.data_helpers import write_mnist_idx
-from tests.deploy.conftest import train_small_cnn
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_mnist")
-    write_mnist_idx(folder, n_train=96, n_test=32)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def small_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_small_cnn(tiny_data, tmp_path_factory.mktemp("runs") / "small")
+from tests.conftest import child_env, run_cli
 
 
 def _sha1(path: Path) -> str:
@@ -63,17 +48,11 @@ def test_every_bool_option_of_export_is_typed(small_run: Path, tmp_path: Path) -
     assert list(tmp_path.iterdir()) == []
 
 
-def _env() -> dict[str, str]:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
-
-
 @pytest.mark.e2e
 def test_two_exports_into_one_file_one_writes_the_other_says_why(small_run: Path, tmp_path: Path) -> None:
     target = tmp_path / "m.pt2"
     args = [sys.executable, "-m", "modelforge", "export", f"ckpt_path={small_run}", f"output={target}"]
-    procs = [subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
     results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
     codes = sorted(code for code, _, _ in results)
@@ -121,7 +100,7 @@ HELD = textwrap.dedent("""
 
 def _stopped_at(where: str, run: Path, target: Path, sig: int = signal.SIGTERM) -> tuple[int, str]:
     proc = subprocess.Popen([sys.executable, "-c", HELD, where, "export", f"ckpt_path={run}", f"output={target}",
-                             "overwrite=true"], cwd=target.parent, env=_env(), stdout=subprocess.PIPE,
+                             "overwrite=true"], cwd=target.parent, env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
@@ -185,7 +164,7 @@ SLOW = textwrap.dedent("""
 def test_a_sigkilled_exports_temp_file_is_removed_by_the_next_export_there(small_run: Path, tmp_path: Path) -> None:
     target = tmp_path / "m.pt2"
     proc = subprocess.Popen([sys.executable, "-c", SLOW, "export", f"ckpt_path={small_run}", f"output={target}"],
-                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "writing\n" in iter(proc.stdout.readline, ""), proc.communicate()[1][-3000:]
         proc.kill()  # SIGKILL: no handler runs, the temp file stays

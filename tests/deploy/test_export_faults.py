@@ -19,26 +19,12 @@ import pytest
 from modelforge.deploy.export import FORMATS, export
 from modelforge.errors import ConfigError
 from modelforge.train import train
-from tests.conftest import run_cli
-from tests.data_helpers import write_mnist_idx
-from tests.deploy.conftest import needs_onnx, train_small_cnn
+from tests.conftest import child_env, run_cli
+from tests.deploy.conftest import needs_onnx
 from tests.train.conftest import compose_train
 
 ALL_FORMATS = ["pt2", pytest.param("onnx", marks=needs_onnx), "torchscript"]
 needs_root = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root")
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_mnist")
-    write_mnist_idx(folder, n_train=96, n_test=32)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def small_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cnn whose export is a few KB."""
-    return train_small_cnn(tiny_data, tmp_path_factory.mktemp("runs") / "small")
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +121,7 @@ def test_sigterm_while_the_file_is_written_cleans_up_and_exits_143(format: str, 
     target = tmp_path / f"model{FORMATS[format]}"
     target.write_bytes(b"an earlier export")
     proc = subprocess.Popen([sys.executable, "-c", SLOW_WRITES, "export", f"ckpt_path={small_run}", f"format={format}",
-                             f"output={target}", "overwrite=true"], cwd=tmp_path, env=_env(),
+                             f"output={target}", "overwrite=true"], cwd=tmp_path, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:  # the load's INFO line first
@@ -184,7 +170,7 @@ def test_a_trailing_slash_names_a_folder_that_is_made(run_main, small_run: Path,
         export(small_run, "pt2", tmp_path / "nowhere" / "m.pt2", check=False)
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     env.pop("PYTEST_CURRENT_TEST", None)
     return env

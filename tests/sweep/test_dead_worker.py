@@ -5,7 +5,6 @@ real SIGKILL, a journal file and a real PostgreSQL server."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import optuna
 import pytest
 
 from modelforge.sweep.study import open_storage
+from tests.conftest import child_env
 from tests.sweep.conftest import read_summary
 
 GRACE_S = 4  # heartbeats every second; a trial silent for 4 s is failed
@@ -27,9 +27,7 @@ def start_search(tmp_path: Path, name: str, storage: str, tiny_args: list[str], 
                "hydra.sweeper.heartbeat_interval=1", f"hydra.sweeper.grace_period={GRACE_S}",
                "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", *extra,
                f"hydra.sweep.dir={tmp_path / name}"]
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, cwd=tmp_path, env=child_env(OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def training_job(sweep_dir: Path, proc: subprocess.Popen, limit_s: float = 300) -> Path:

@@ -5,7 +5,6 @@ each run once, each in a job directory of the process that ran it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.conftest import child_env
 from tests.sweep.conftest import read_summary
 
 N_TRIALS = 3
@@ -24,9 +24,7 @@ def start_search(tmp_path: Path, name: str, storage: str, tiny_args: list[str]) 
                "hydra.sweeper.study_name=shared",
                "trainer.max_epochs=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
                f"hydra.sweep.dir={tmp_path / name}"]
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, cwd=tmp_path, env=child_env(OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture(params=[pytest.param("journal", marks=pytest.mark.slow), "postgresql"])  # journal: 23 s, and

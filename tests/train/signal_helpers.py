@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, child_env
 
 
 def start_train(*args: str, cwd: Path = REPO) -> subprocess.Popen:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("PYTEST_CURRENT_TEST", None)
+    env = child_env()
     # SIGINT as in a terminal: a test run started in the background (`pytest &`) has SIGINT ignored,
     # children inherit that, and Python then keeps ignoring it (no KeyboardInterrupt): Ctrl-C is untestable.
     return subprocess.Popen([sys.executable, "-m", "modelforge", "train", *args], cwd=cwd, env=env,

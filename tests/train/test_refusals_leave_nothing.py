@@ -4,7 +4,6 @@ cannot be tested on) is refused before Hydra makes the run directory: exit 2, on
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from modelforge.deploy.export import export
+from tests.conftest import child_env
 from tests.data_helpers import write_idx_set
 from tests.deploy.conftest import train_small_cnn
 from tests.train.conftest import tiny_cli_args
@@ -37,10 +37,8 @@ def _left(folder: Path) -> list[str]:
 
 @pytest.mark.e2e
 def test_eval_of_a_crafted_checkpoint_in_a_process_of_its_own_leaves_nothing(bad_files, tmp_path: Path) -> None:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("PYTEST_CURRENT_TEST", None)
     result = subprocess.run([sys.executable, "-m", "modelforge", "eval", f"ckpt_path={bad_files['crafted']}"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                            cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: ckpt_path: {bad_files['crafted']} ")
     assert _left(tmp_path) == []  # not even outputs/eval/DATE/TIME/.hydra

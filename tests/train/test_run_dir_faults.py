@@ -22,6 +22,7 @@ from modelforge.files.write_faults import UnwritableError
 from modelforge.report.confusion_matrix import write_confusion_matrix
 from modelforge.train import train
 from modelforge.train.records import write_metrics
+from tests.conftest import child_env
 from tests.data_helpers import write_mnist_idx
 from tests.train.conftest import compose_train, tiny_cli_args
 from tests.train.test_atomic_writes import _mount_tmpfs
@@ -46,9 +47,7 @@ def read_only(folder: Path) -> Iterator[None]:
 
 
 def _start(*args: str) -> subprocess.Popen:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return subprocess.Popen([sys.executable, "-m", "modelforge", *args], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "modelforge", *args], env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -68,8 +67,9 @@ def test_a_run_directory_turned_read_only_mid_run_is_one_line_per_fault(tiny_mni
     proc = _start("train", *MLP, "trainer.max_epochs=100000", *tiny_cli_args(tiny_mnist), f"hydra.run.dir={run}")
     _wait_for(run / "checkpoints" / "last.ckpt", proc)
     time.sleep(0.3)  # the rename is done: last.ckpt is whole
-    kept = {p: p.read_bytes() for p in (run / "config.yaml", run / "checkpoints" / "last.ckpt")}
     with read_only(run):
+        # read once nothing can replace them: an epoch's save may land between a read before and the remount
+        kept = {p: p.read_bytes() for p in (run / "config.yaml", run / "checkpoints" / "last.ckpt")}
         out, err = proc.communicate(timeout=240)
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err and "OSError" not in err

@@ -23,7 +23,7 @@ from modelforge.errors import ConfigError
 from modelforge.train import launch
 from modelforge.train.records import claim_run_dir
 from modelforge.train.trainer import check_trainer_options
-from tests.conftest import REPO
+from tests.conftest import REPO, child_env
 from tests.train.conftest import compose_train, tiny_cli_args
 from tests.train.signal_helpers import wait_for
 
@@ -37,9 +37,8 @@ TIMINGS = {"train_time_s", "timings"}
 def _env() -> dict[str, str]:
     # One thread per rank in both launchers (torchrun sets it, Lightning's launcher would divide the cores):
     # the same arithmetic, so the same numbers.
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    env = child_env(OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))  # run from elsewhere
-    env.pop("PYTEST_CURRENT_TEST", None)
     return env
 
 
@@ -131,6 +130,7 @@ def test_two_torchrun_nodes_train_one_model(lightning_run, tiny_mnist: Path, tmp
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 17 s: training on torchrun ranks stays in the default run
 def test_eval_on_three_torchrun_ranks_counts_every_test_image_once(tiny_mnist: Path, tmp_path: Path) -> None:
     """64 test images on 3 ranks: Lightning's DistributedSampler would count 2 twice (and advise against it)."""
     from modelforge.train import evaluate, train
