@@ -30,8 +30,8 @@ _HOMES = {
     "image_files": ("ImageFolderIndex", "index_image_folder"),
     "image_transforms": ("ImageFiles", "ImagePipeline"),
     "image_folder": ("ImageFolderDataModule",),
-    "datamodule": ("FashionMNISTDataModule", "IdxDataModule", "MNISTDataModule", "MnistBatches", "ResumableShuffle",
-                   "random_shift"),
+    "datamodule": ("FashionMNISTDataModule", "IdxDataModule", "MNISTDataModule", "MnistBatches", "random_shift"),
+    "split_loaders": ("ResumableShuffle", "SplitLoaders"),
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_MODULE_OF)

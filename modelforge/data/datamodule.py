@@ -2,24 +2,24 @@
 
 Each split stays one uint8 tensor, moved once to the training device in ``setup``; a batch is one indexing op,
 then float conversion, shift augmentation and normalization: no per-sample Python transform, and on a GPU no
-batch crosses PCIe. Training order: :class:`ResumableShuffle`."""
+batch crosses PCIe. Training order and evaluation under DDP: :mod:`modelforge.data.split_loaders`."""
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from modelforge.data.download import ensure_files, resolve_data_dir
 from modelforge.data.idx import FASHION_MNIST, MNIST, IdxDataset, load_idx_set
 from modelforge.data.options import IdxOptions
+from modelforge.data.split_loaders import SplitLoaders
 from modelforge.errors import ConfigError
 
 # A batch here is one tensor slice, so Lightning's advice to add DataLoader workers is noise.
@@ -74,44 +74,13 @@ def _batch_as_is(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:  # coll
     return batch  # ``__getitems__`` already returns a collated batch
 
 
-class ResumableShuffle(Sampler[int]):
-    """Indices ``0..n-1`` in a new order every epoch, resumable mid-epoch: a resumed run keeps the batch order.
-    Epoch ``e``'s order is ``randperm(n)`` seeded with ``seed + e`` (as ``DistributedSampler`` does); a
-    checkpoint keeps the seed, the epoch and the samples served (:mod:`modelforge.train.checkpoints`)."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.seed, self.epoch, self._skip = n, int(seed), 0, 0
-
-    def set_epoch(self, epoch: int) -> None:  # Lightning calls it at the start of every epoch
-        if epoch != self.epoch:
-            self.epoch, self._skip = epoch, 0
-
-    def resume(self, seed: int, epoch: int, skip: int) -> None:
-        """Continue the order of ``seed`` at ``epoch``, leaving out its first ``skip`` samples."""
-        self.seed, self.epoch, self._skip = int(seed), int(epoch), int(skip)
-
-    def state(self) -> dict[str, Any]:
-        return {"seed": self.seed, "epoch": self.epoch}
-
-    def __iter__(self) -> Iterator[int]:
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
-        skip, self._skip = self._skip, 0
-        yield from order[skip:].tolist()
-
-    def __len__(self) -> int:
-        return self.n  # the whole epoch: Lightning counts a resumed epoch's batches from where it stopped
-
-
-class IdxDataModule(IdxOptions, pl.LightningDataModule):
+class IdxDataModule(SplitLoaders, IdxOptions, pl.LightningDataModule):
     """Any folder of the four IDX files: no checksums, no download; shapes, classes and stats from the files.
     Batches are ``(images float32 [B, 1, H, W], labels int64 [B])``. A known data set's subclass sets
     ``dataset`` (checksums, mirrors, stats, classes). Options: :class:`~modelforge.data.options.IdxOptions`."""
 
     dataset: IdxDataset | None = None
 
-    train_set = val_set = test_set = None
-    train_sampler: ResumableShuffle | None = None
-    _resume_at: tuple[int, int, int] | None = None
     _splits: dict[str, tuple[Tensor, Tensor]] | None = None  # prepare_data, setup and test share one read
 
     @property
@@ -165,42 +134,7 @@ class IdxDataModule(IdxOptions, pl.LightningDataModule):
         for dataset in (self.train_set, self.val_set, self.test_set):
             dataset.to(device)
 
-    def train_dataloader(self) -> DataLoader:
-        dataset = self._ready(self.train_set)
-        if getattr(self.trainer, "world_size", 1) > 1:
-            # Lightning swaps in a DistributedSampler (shuffling, seeded per epoch) under DDP.
-            return self._loader(dataset, self.batch_size, shuffle=True, drop_last=self.drop_last)
-        # Its seed comes from the global seed (`seed=`), which makes the order repeatable.
-        self.train_sampler = ResumableShuffle(len(dataset), seed=torch.initial_seed() % 2**62)
-        if self._resume_at is not None:
-            self.train_sampler.resume(*self._resume_at)
-        # A generator of its own: creating the iterator then draws nothing from the global RNG.
-        return self._loader(dataset, self.batch_size, sampler=self.train_sampler, drop_last=self.drop_last,
-                            generator=torch.Generator().manual_seed(self.train_sampler.seed))
-
-    def resume_shuffle(self, seed: int, epoch: int, skip: int) -> None:
-        """Continue a checkpoint's batch order: ``seed``'s order at ``epoch``, less its first ``skip`` samples."""
-        self._resume_at = (seed, epoch, skip)
-        if self.train_sampler is not None:
-            self.train_sampler.resume(seed, epoch, skip)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.val_set)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.test_set)
-
-    def _eval_loader(self, dataset: MnistBatches | None) -> DataLoader:
-        """Under DDP every image is evaluated once: Lightning's DistributedSampler would repeat some to even out
-        the ranks (10,000 test images on 3 ranks: 2 counted twice); this one leaves them one sample apart."""
-        world = getattr(self.trainer, "world_size", 1)
-        # Fewer images than ranks (a tiny val_size): Lightning's, which gives every rank one.
-        sampler = UnrepeatedDistributedSampler(self._ready(dataset), num_replicas=world, rank=self.trainer.global_rank,
-                                               shuffle=False) if 1 < world <= len(self._ready(dataset)) else None
-        return self._loader(dataset, self.eval_batch_size, sampler=sampler)
-
-    def _loader(self, dataset: MnistBatches | None, batch_size: int, **kwargs: Any) -> DataLoader:
-        dataset = self._ready(dataset)
+    def _loader(self, dataset: MnistBatches, batch_size: int, **kwargs: Any) -> DataLoader:
         workers = self.num_workers if dataset.images.device.type == "cpu" else 0  # workers cannot share a GPU tensor
         return DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=_batch_as_is,
                           persistent_workers=workers > 0, **kwargs)
@@ -219,12 +153,6 @@ class IdxDataModule(IdxOptions, pl.LightningDataModule):
                               "training images, leaving no training or no validation set",
                               allowed=f"a count in 1..{n_train - 1} or a fraction in (0, 1)")
         return count
-
-    @staticmethod
-    def _ready(dataset: MnistBatches | None) -> MnistBatches:
-        if dataset is None:
-            raise RuntimeError("IdxDataModule.setup() must run before asking for a dataloader")
-        return dataset
 
 
 class MNISTDataModule(IdxDataModule):

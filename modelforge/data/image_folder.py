@@ -15,22 +15,19 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from modelforge.data.datamodule import ResumableShuffle
 from modelforge.data.image_files import ImageFolderIndex, index_image_folder
 from modelforge.data.image_transforms import ImageFiles, ImagePipeline
 from modelforge.data.options import ImageFolderOptions
+from modelforge.data.split_loaders import SplitLoaders
 
 log = logging.getLogger(__name__)
 
 
-class ImageFolderDataModule(ImageFolderOptions, pl.LightningDataModule):
+class ImageFolderDataModule(SplitLoaders, ImageFolderOptions, pl.LightningDataModule):
     """Class folders of images (torchvision's ImageFolder layout); batches ``(float32 [B, C, S, S], int64 [B])``."""
 
     name = "image_folder"
     _index: ImageFolderIndex | None = None
-    train_set = val_set = test_set = None
-    train_sampler: ResumableShuffle | None = None
-    _resume_at: tuple[int, int, int] | None = None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -84,31 +81,7 @@ class ImageFolderDataModule(ImageFolderOptions, pl.LightningDataModule):
             self.val_set = ImageFiles(splits["val"], self.pipeline(train=False))
             self.test_set = ImageFiles(splits.get("test", splits["val"]), self.pipeline(train=False))
 
-    def train_dataloader(self) -> DataLoader:
-        if getattr(self.trainer, "world_size", 1) > 1:  # Lightning swaps in a DistributedSampler
-            return self._loader(self.train_set, self.batch_size, shuffle=True, drop_last=self.drop_last)
-        # As the IDX data's: seeded by the global seed (`seed=`), and a resumed run keeps the batch order.
-        self.train_sampler = ResumableShuffle(len(self.train_set or ()), seed=torch.initial_seed() % 2**62)
-        if self._resume_at is not None:
-            self.train_sampler.resume(*self._resume_at)
-        return self._loader(self.train_set, self.batch_size, sampler=self.train_sampler, drop_last=self.drop_last,
-                            generator=torch.Generator().manual_seed(self.train_sampler.seed))
-
-    def resume_shuffle(self, seed: int, epoch: int, skip: int) -> None:
-        """Continue a checkpoint's batch order: ``seed``'s order at ``epoch``, less its first ``skip`` samples."""
-        self._resume_at = (seed, epoch, skip)
-        if self.train_sampler is not None:
-            self.train_sampler.resume(seed, epoch, skip)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, self.eval_batch_size)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, self.eval_batch_size)
-
-    def _loader(self, dataset: ImageFiles | None, batch_size: int, **kwargs: Any) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError("ImageFolderDataModule.setup() must run before asking for a dataloader")
+    def _loader(self, dataset: ImageFiles, batch_size: int, **kwargs: Any) -> DataLoader:
         workers = self.num_workers
         return DataLoader(dataset, batch_size=batch_size, num_workers=workers, persistent_workers=workers > 0,
                           pin_memory=torch.cuda.is_available(), **kwargs)
