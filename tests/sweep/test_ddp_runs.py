@@ -13,6 +13,7 @@ from tests.sweep.conftest import read_summary
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 14 s: tests/train/test_torchrun.py's lightning_run checks the same in the default run
 def test_ddp_cpu_writes_one_run(cli, tmp_path: Path, tiny_args: list[str]) -> None:
     run_dir = tmp_path / "run"
     result = cli("train", "trainer=ddp_cpu", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
@@ -31,7 +32,7 @@ def test_ddp_cpu_writes_one_run(cli, tmp_path: Path, tiny_args: list[str]) -> No
 
 
 @pytest.mark.e2e
-@pytest.mark.slow  # 34 s: test_ddp_cpu_writes_one_run keeps DDP in the default run
+@pytest.mark.slow  # 34 s: test_torchrun.py's lightning_run keeps DDP in the default run
 def test_ddp_jobs_in_a_sweep_share_nothing_but_the_sweep(sweep, tmp_path: Path) -> None:
     result = sweep("trainer=ddp_cpu", "enc_sizes=[8],[4]", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
                    "trainer.limit_val_batches=1", "trainer.limit_test_batches=1")

@@ -6,6 +6,7 @@ tests/train/test_slurm_env.py, where no agent stops the others.)"""
 from __future__ import annotations
 
 import inspect
+import csv
 import json
 import os
 import signal
@@ -77,6 +78,14 @@ def lightning_run(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) ->
                   run_dir.parent)
     code, err = _finish(proc)
     assert code == 0, err[-3000:]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (run_dir / "train_ddp_process_1.log").read_text()  # two processes
+    assert [p.name for p in run_dir.parent.iterdir()] == ["run"]  # no directory per rank
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
+    rows = list(csv.DictReader((run_dir / "logs" / "metrics.csv").read_text().splitlines(keepends=True)))
+    # logged once, not per rank: the test once, the validation once an epoch
+    assert sum(bool(r["test/acc"]) for r in rows) == 1
+    val_epochs = [r["epoch"] for r in rows if r["val/acc"]]
+    assert len(val_epochs) == len(set(val_epochs)) > 1
     return _outcome(run_dir)
 
 
