@@ -31,6 +31,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -222,6 +223,8 @@ def main(argv: list[str]) -> int:
     if os.name == "nt":
         return subprocess.call(full, cwd=where)
     os.chdir(where)
+    # the exec'd command keeps this process's start time: its set-up timing starts here, not before the installs
+    os.environ["MODELFORGE_EXEC_AT"] = repr(time.time())
     os.execv(full[0], full)  # the command's own exit status, signals and terminal
 
 

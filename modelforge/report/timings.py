@@ -15,14 +15,24 @@ import time
 _previous_run_end: float | None = None
 
 
+# Set by run.py just before it execs the command: the process it execs keeps run.py's start time, and so its age
+# would count run.py's set-up (a first call's installs).
+EXEC_AT_VAR = "MODELFORGE_EXEC_AT"
+
+
 def process_age_s() -> float | None:
-    """Seconds since this process started (from ``/proc`` on Linux; None elsewhere)."""
+    """Seconds since this process started (from ``/proc`` on Linux; None elsewhere), or since run.py exec'd it."""
     try:
         with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
             started_ticks = int(stat.read().rpartition(")")[2].split()[19])  # field 22: starttime
-            return round(float(uptime.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK"), 2)
+            age = float(uptime.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+    try:  # a child of the exec'd command (a DDP rank, a sweep job) is younger still: the smaller of the two
+        age = min(age, time.time() - float(os.environ[EXEC_AT_VAR]))
+    except (KeyError, ValueError):
+        pass
+    return round(age, 2)
 
 
 class Phases:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from modelforge.report import timings
-from modelforge.report.timings import Phases, process_age_s
+from modelforge.report.timings import EXEC_AT_VAR, Phases, process_age_s
 from tests.conftest import run_cli
 from tests.train.conftest import tiny_cli_args
 
@@ -50,3 +50,12 @@ def test_a_fresh_multirun_reports_each_job_s_own_set_up_time_and_no_font_cache_l
     assert f"time: {jobs[1]['before_train_s']:.2f} s to train() (composition, checks), prepare" in logs[1]
     assert list((home / ".cache" / "matplotlib").glob("fontlist-*.json")), "the font cache was built in this run"
     assert "fontManager" not in result.stdout + result.stderr and "font cache" not in result.stdout + result.stderr
+
+
+def test_a_command_that_run_py_execd_is_timed_from_the_exec_not_from_run_pys_installs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """run.py execs the command after its first-use installs; the exec'd process keeps run.py's start time."""
+    monkeypatch.setenv(EXEC_AT_VAR, repr(time.time() - 1.0))
+    assert process_age_s() == pytest.approx(1.0, abs=0.3)
+    monkeypatch.setenv(EXEC_AT_VAR, repr(time.time() - 10_000))  # an older exec: a child of the command is younger
+    assert process_age_s() < 10_000 - 1
