@@ -271,7 +271,7 @@ def check_eval(cfg: Mapping[str, Any] | DictConfig) -> EvalPlan:
 def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
     """Rebuild the model stored in ``cfg.ckpt_path`` (a checkpoint, or a run directory: its last.ckpt, else its best
     one) and report its test metrics, on the data it was trained on unless ``cfg`` chooses other data. ``cfg``: an
-    eval config, or the plan :func:`check_eval` made of one (the CLI checks it before Hydra makes the directory)."""
+    eval config, or the plan :func:`~modelforge.train.run.check_eval` made of one (the CLI checks it before Hydra makes the directory)."""
     plan = cfg if isinstance(cfg, EvalPlan) else check_eval(cfg)
     plain, plugins, ckpt_path, stored, datamodule, module = (plan.plain, plan.plugins, plan.ckpt_path, plan.stored,
                                                              plan.datamodule, plan.module)
