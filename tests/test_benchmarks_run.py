@@ -7,6 +7,7 @@ temporary folder: the recorded results are not touched. Under ``-m slow``, every
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -39,6 +40,23 @@ def test_the_in_process_sections_run_and_record(tmp_path: Path) -> None:
     table = (tmp_path / "RESULTS.md").read_text()
     assert "| densenet121 | 512x512 | 7,978,856 |" in table
     assert {p.name: p.read_bytes() for p in (RUN.parent / "results").glob("*.json")} == recorded
+
+
+def test_only_full_settings_on_their_device_write_over_the_recorded_figures() -> None:
+    spec = importlib.util.spec_from_file_location("benchmarks_run", RUN)  # not `run`: the top-level run.py is
+    bench = importlib.util.module_from_spec(spec)
+    path = list(sys.path)
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path[:] = path  # it puts its own folder first, for its sibling files
+    RESULTS_DIR, default_results_dir = bench.RESULTS_DIR, bench.default_results_dir  # noqa: N806
+    outputs = REPO / "outputs" / "benchmarks"
+    assert default_results_dir(False, False, "gpu", ["build"]) == RESULTS_DIR
+    assert default_results_dir(False, False, "gpu", ["gpu"]) == RESULTS_DIR
+    assert default_results_dir(False, True, "gpu", ["build", "loop"]) == outputs / "quick"
+    assert default_results_dir(True, True, "gpu", ["build"]) == outputs / "smoke"
+    assert default_results_dir(False, False, "cpu", ["gpu"]) == outputs / "gpu-on-cpu"
 
 
 @pytest.mark.slow

@@ -24,8 +24,8 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
 Runs alternate A B A B so a drift in machine speed hits both sides; each figure is the
 median over repeats, and the spread is (max - min) / median.
 
-    python experiments/benchmarks/run.py --quick          # < 5 min on 2 cores: small settings
-    python experiments/benchmarks/run.py --smoke --results-dir /tmp/b  # each section's code path, seconds
+    python experiments/benchmarks/run.py --quick          # < 5 min on 2 cores: small settings, in outputs/benchmarks/
+    python experiments/benchmarks/run.py --smoke          # each section's code path, seconds
     python experiments/benchmarks/run.py                  # the full figures (about 15 min)
     python experiments/benchmarks/run.py --only time_to_99
 """
@@ -317,6 +317,14 @@ def gpu(args: argparse.Namespace) -> dict:
                    pair_steps=args.pair_steps, header=header, markdown=_markdown(args.results_dir))
 
 
+def default_results_dir(smoke: bool, quick: bool, accelerator: str, sections: list[str]) -> Path:
+    """The recorded figures (``results/``) are of full settings on the device they name: a check at small
+    settings, or of the GPU section's plumbing on a CPU, writes under outputs/ (ignored by git), never over them."""
+    mode = "smoke" if smoke else "quick" if quick else "gpu-on-cpu" if accelerator == "cpu" and "gpu" in sections \
+        else None
+    return RESULTS_DIR if mode is None else REPO / "outputs" / "benchmarks" / mode
+
+
 def _markdown(results_dir: Path) -> Path:
     """RESULTS.md beside the benchmarks for their results folder; for another folder (a test's), in it."""
     return HERE / "RESULTS.md" if results_dir.resolve() == RESULTS_DIR.resolve() else results_dir / "RESULTS.md"
@@ -327,8 +335,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small settings: under 5 minutes on 2 cores")
     parser.add_argument("--smoke", action="store_true", help="the smallest settings, one round each: checks that each "
                         "section runs (tests/test_benchmarks_run.py), its figures mean nothing")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where results/*.json and RESULTS.md "
-                        "are written (default: the recorded ones, experiments/benchmarks/results)")
+    parser.add_argument("--results-dir", type=Path, default=None, help="where results/*.json and RESULTS.md are "
+                        "written (default: the recorded ones, experiments/benchmarks/results, for full settings; "
+                        "outputs/benchmarks/MODE for --quick, --smoke and the gpu section's --accelerator cpu)")
     parser.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
     parser.add_argument("--repeats", type=int, default=None, help="pairs per comparison (default 2 quick, 3 full)")
     parser.add_argument("--train-batches", type=int, default=None, help="overhead: training batches per epoch "
@@ -345,6 +354,8 @@ def main() -> None:
     args.quick = args.quick or args.smoke
     args.repeats = args.repeats or (1 if args.smoke else 2 if args.quick else 3)
     chosen = args.only or [s for s in SECTIONS if s not in ON_REQUEST]
+    if args.results_dir is None:
+        args.results_dir = default_results_dir(args.smoke, args.quick, args.accelerator, chosen)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "dataread": dataread,
                 "startup": startup, "build": build, "time_to_99": time_to_99, "gpu": gpu}
