@@ -419,8 +419,7 @@ def run_one(command: Command, work: Path, env: dict[str, str], timeout: float) -
     printed_all = done.stdout + done.stderr
     missing = [line for line in command.error_lines if not matches(line, printed_all)]
     params = re.search(r"Total params: [\d,]+", command.comment)
-    # a shown line's first two words: its figures and paths differ from run to run
-    unshown = [line for line in command.shown if not matches(" ".join(line.split()[:2]), printed_all)]
+    unshown = [line for line in command.shown if not shows_line(line, printed_all)]
     printed = [word for word in printed_words(command) if word not in done.stdout]
     if missing:
         note = f"but the page's line {missing[0].strip()!r} is not in what it printed"
@@ -434,6 +433,20 @@ def run_one(command: Command, work: Path, env: dict[str, str], timeout: float) -
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-6:]
         note = "; ".join(filter(None, [note, " | ".join(tail)]))
     return Outcome(command, done.returncode, seconds, note)
+
+
+def shows_line(line: str, printed: str) -> bool:
+    """``printed`` holds a page's output ``line`` as far as a run can repeat it: its first two words (its figures
+    and paths differ from run to run), however far apart (a table's columns are padded to the widest cell)."""
+    return re.search(r"\s+".join(map(_loose_word, line.split()[:2])), printed) is not None
+
+
+def _loose_word(word: str) -> str:
+    """A pattern for a word of a page's output in which numbers and hex ids (a sweep job's ``3_8d4136``) stand for
+    any: they differ from run to run, and a shortened search runs fewer trials than the page shows."""
+    parts = re.split(r"([0-9a-f]{6,}|\d+)", word)
+    return "".join(r"[0-9a-f]+" if re.fullmatch(r"[0-9a-f]{6,}", part) else r"\d+" if part.isdigit()
+                   else re.escape(part) for part in parts if part)
 
 
 def printed_words(command: Command) -> list[str]:

@@ -311,3 +311,12 @@ def test_ctrl_c_pressed_repeatedly_stops_once_without_a_traceback(tmp_path: Path
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("stopped by SIGINT"), err
     assert list(scratch.iterdir()) == []
     assert _gone(training)
+
+
+def test_a_shown_output_line_is_found_across_padded_columns_and_other_runs_ids() -> None:
+    printed = "job       status    pareto  val/acc\n1_8a88c9  finished  yes     0.1484\nexported cnn to m.pt2\n"
+    assert readme_commands.shows_line("job  status    pareto  val/acc", printed)  # padded to other widths
+    assert readme_commands.shows_line("0_93c2f4  finished  yes     0.2134", printed)  # another trial's id
+    assert readme_commands.shows_line("exported cnn to outputs/deploy/last.pt2", printed)
+    assert not readme_commands.shows_line("exported mlp to m.pt2", printed)
+    assert not readme_commands.shows_line("job  failed", printed)
