@@ -85,7 +85,7 @@ HELD = textwrap.dedent("""
             committed()
         atomic.write_bytes(path, data, held)
 
-    def images_held(*args):
+    def images_held(*args, **kwargs):
         print("checking", flush=True)
         time.sleep(60)
 
