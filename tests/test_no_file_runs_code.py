@@ -25,11 +25,10 @@ from modelforge.config import load_config
 from modelforge.deploy.predict import predict
 from modelforge.deploy.runtime import open_model
 from modelforge.errors import CheckpointError, ConfigError
-from modelforge.train import train
 from tests.conftest import REPO
 from tests.deploy import payloads
-from tests.deploy.conftest import needs_onnx
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.deploy.conftest import needs_onnx, train_mlp
+from tests.train.conftest import tiny_cli_args
 
 # payload -> what the refusal says of the file
 PT2_REFUSALS = {
@@ -55,9 +54,7 @@ PT2_REFUSALS = {
 
 @pytest.fixture(scope="module")
 def small_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("runs") / "small"
-    train(compose_train(tiny_data, "trainer.max_epochs=1", "model=mlp", "model.hidden_sizes=[8]"), run_dir=run_dir)
-    return run_dir
+    return train_mlp(tiny_data, tmp_path_factory.mktemp("runs") / "small", hidden=8)
 
 
 @pytest.fixture

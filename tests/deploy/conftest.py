@@ -18,6 +18,13 @@ needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="onnx, onnxscript and onnxr
 SMALL_CNN = ("trainer.max_epochs=1", "model=cnn", "enc_sizes=[4]", "dec_sizes=[8]")
 
 
+def train_mlp(data_dir: Path, run_dir: Path, hidden: int) -> Path:
+    """One epoch of an mlp with one hidden layer of ``hidden`` units on ``data_dir`` into ``run_dir``."""
+    train(compose_train(data_dir, "trainer.max_epochs=1", "model=mlp", f"model.hidden_sizes=[{hidden}]"),
+          run_dir=run_dir)
+    return run_dir
+
+
 def train_small_cnn(data_dir: Path, run_dir: Path) -> Path:
     """One epoch of SMALL_CNN on ``data_dir`` into ``run_dir``."""
     train(compose_train(data_dir, *SMALL_CNN), run_dir=run_dir)

@@ -18,10 +18,8 @@ import pytest
 
 from modelforge.deploy.export import FORMATS, export
 from modelforge.errors import ConfigError
-from modelforge.train import train
 from tests.conftest import child_env, run_cli
-from tests.deploy.conftest import needs_onnx
-from tests.train.conftest import compose_train
+from tests.deploy.conftest import needs_onnx, train_mlp
 
 ALL_FORMATS = ["pt2", pytest.param("onnx", marks=needs_onnx), "torchscript"]
 needs_root = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root")
@@ -30,9 +28,7 @@ needs_root = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, re
 @pytest.fixture(scope="module")
 def big_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An mlp whose export (about 800 KB: 784 x 256 weights) does not fit the nearly full disk below."""
-    run_dir = tmp_path_factory.mktemp("runs") / "big"
-    train(compose_train(tiny_data, "trainer.max_epochs=1", "model=mlp", "model.hidden_sizes=[256]"), run_dir=run_dir)
-    return run_dir
+    return train_mlp(tiny_data, tmp_path_factory.mktemp("runs") / "big", hidden=256)
 
 
 @pytest.fixture
