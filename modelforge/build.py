@@ -139,14 +139,24 @@ def create_model(
     ``create_model("resnet18", ["n_classes=null"])``: the model without its head (pooled features).
     ``config_dir``: a folder of your own configs (``model/``, ``blocks/``), searched before the shipped ones,
     as ``--config-dir`` is. ``features``: see :func:`build_model`.
+
+    A second call with the same name, overrides and folders reuses the first one's composition while the
+    config files are unchanged (:func:`modelforge.models.compose_memo.cache_info`); the model is built anew.
     """
     from modelforge.config import conf_dir
     from modelforge.models.compose import compose_model
+    from modelforge.models.compose_memo import COMPOSED
 
     folders = (conf_dir(), *([Path(config_dir).resolve()] if config_dir is not None else []))  # Hydra's order
-    cfg = compose_model(name, overrides, folders)
+
+    def to_model(run_cfg: DictConfig) -> dict[str, Any]:
+        with naming_definitions(ModelFiles(name, folders)):
+            return model_config_from_run(run_cfg)
+
+    # Hydra's composition (~0.1 s) is made once per process while the files it read stay as they were
+    model = COMPOSED.get(name, overrides, folders, lambda: compose_model(name, overrides, folders), to_model)
     with naming_definitions(ModelFiles(name, folders)):
-        return build_model(model_config_from_run(cfg), seed=seed, features=features)
+        return build_model(model, seed=seed, features=features)
 
 
 def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFiles | None = None) -> nn.Module:

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig
 
-from modelforge.config import conf_dir, config_groups
+from modelforge.config import conf_dir, config_groups, yaml_file_error
 from modelforge.errors import ConfigError, closest_names
 from modelforge.models.definitions import defaults_cycle, missing_defaults_hint
 
@@ -50,6 +51,8 @@ def compose_model(name: str, overrides: Sequence[str], folders: Sequence[Path]) 
                                lambda: compose(PRIMARY, overrides=[f"model={name}", *extra])) from None
             except RecursionError:
                 raise _cycle_error(name, folders) from None
+            except yaml.YAMLError as exc:  # a file Hydra read: file:line:column, as the CLI says it
+                raise yaml_file_error(exc) from None
     finally:
         GlobalHydra.instance().clear()
         if saved is not None:
