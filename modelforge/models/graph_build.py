@@ -61,7 +61,10 @@ class Graph(nn.ModuleDict):
     def __init__(self, nodes: dict[str, nn.Module], wiring: dict[str, list[Source]], output: list[Source],
                  several_outputs: bool = False, block: str = "graph", n_inputs: int = 1,
                  call_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
-        super().__init__(nodes)
+        super().__init__()
+        # names checked when the graph was parsed (graph_spec._check_node_name): add_module's own checks cost a
+        # failed attribute lookup (an exception) per node
+        self._modules.update(nodes)
         # plain values, set as nn.Module.__setattr__ would set them (without its checks for tensors and modules:
         # a model holds a Graph per composite instance)
         vars(self).update(wiring=wiring, output=output, several_outputs=several_outputs, block=block,

@@ -38,6 +38,9 @@ def check_param_count(model: nn.Module, max_params: int, path: str = "model", wh
     """The parameters and buffers of ``model`` (on the meta device, or made): refused when more than ``max_params``,
     naming the count, the cap's key (``path.max_params``) and the largest tensor. ``where``: the config path of
     the part being counted (the model's ``path`` by default)."""
+    require_positive(max_params, f"{path}.max_params")
+    if sum(t.numel() for t in [*model.parameters(), *model.buffers()]) <= max_params:
+        return  # the names are only needed to say which tensor is largest
     tensors = [(name, list(t.shape)) for name, t in [*model.named_parameters(), *model.named_buffers()]]
     check_sizes(tensors, max_params, path, where)
 
