@@ -109,29 +109,43 @@ def _build(r: dict) -> list[str]:
     """build_model and create_model vs torchvision's constructor, per model and input size."""
     if "models" not in r or "sides" not in r:  # recorded before the build section compared with torchvision only
         return ["(recorded by an earlier version of the build section: run `run.py --only build` again)"]
-    base, build, create = r["sides"]
+    base, build, *creates = r["sides"]  # one create_model side before compositions were kept, two since
 
     def ratio(m: dict, side: str) -> str:
         s = m["ratios"][side]
         return f"**{s['median']:.2f}x** ({s['min']:.2f}-{s['max']:.2f})"
 
-    rows = [f"| model | input | params | {base} | {build} | vs constructor | {create} | vs constructor | "
-            "build 512 / 224 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [f"| model | input | params | {base} | {build} | vs constructor | "
+            + "".join(f"{c} | vs constructor | " for c in creates) + "build 512 / 224 |",
+            "|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(creates) + "---:|"]
     for key, m in r["models"].items():
         f = m["figures"]
         rows.append(f"| {m['name']} | {m['side']}x{m['side']} | {m['params']:,} | {_fmt(f[base])} | {_fmt(f[build])} | "
-                    f"{ratio(m, build)} | {_fmt(f[create])} | {ratio(m, create)} | "
-                    f"{'%.2f' % m['vs_224'] if 'vs_224' in m else ''} |")
-    return [*rows, "", "`python experiments/benchmarks/run.py --only build`: each model built three ways in one process, "
+                    f"{ratio(m, build)} | " + "".join(f"{_fmt(f[c])} | {ratio(m, c)} | " for c in creates)
+                    + f"{'%.2f' % m['vs_224'] if 'vs_224' in m else ''} |")
+    how_create = ("timed twice: called again in the process, its composition reused "
+                  "(modelforge/models/compose_memo.py), and as a first call, the kept compositions cleared first: "
+                  "Hydra's compose, then the build, what a new process pays" if len(creates) == 2 else
+                  "Hydra's compose, then the build")
+    return [*rows, "", "`python experiments/benchmarks/run.py --only build`: each model built in one process, "
             f"{r['rounds']} interleaved rounds (bench_build.py): "
             "torchvision 0.28's constructor (`torchvision.models.NAME()`, its own init; ViT-B/16 at 512: "
             "`vit_b_16(image_size=512)`), `build_model` of the config that `create_model` composes (a fresh copy "
-            "each round), and `create_model(NAME, ['in_channels=3', 'n_classes=1000', 'input_size=[S,S]'])` (Hydra's "
-            "compose, then the build). densenet121 is written in YAML for the benchmark "
+            "each round), and `create_model(NAME, ['in_channels=3', 'n_classes=1000', 'input_size=[S,S]'])`, "
+            f"{how_create}. densenet121 is written in YAML for the benchmark "
             "(experiments/benchmarks/configs/model/densenet121.yaml). Every model is checked first: the same parameters "
             "as torchvision's, and at 224x224 the same outputs with torchvision's weights copied in. Ratios: the "
             "median over rounds of side / constructor (lowest-highest round in brackets); build 512 / 224: the medians "
-            f"of build_model at each size. {r['threads']} threads."]
+            f"of build_model at each size. {r['threads']} threads.{_calls_per_round(r)}"]
+
+
+def _calls_per_round(r: dict) -> str:
+    calls = {key: m["calls_per_round"] for key, m in r["models"].items() if "calls_per_round" in m}
+    if not calls:
+        return ""
+    shown = ", ".join(f"{key.split()[0]} {n}" for key, n in calls.items() if key.endswith(" 224"))
+    return (" Each round times every side the same number of calls in a row, as many as fit in about 0.4 s of the "
+            f"constructor (per model: {shown}), and keeps the fastest (as `timeit` does).")
 
 
 def _time_to_99(r: dict) -> list[str]:

@@ -261,7 +261,8 @@ def startup(args: argparse.Namespace) -> dict:
 def build(args: argparse.Namespace) -> dict:
     """build_model and create_model vs torchvision's constructor, five models at 224 and 512 (interleaved)."""
     import torch
-    from bench_build import BUILD, CREATE, MODELS, SIDES, TORCHVISION, check, compose, overrides, sides
+    from bench_build import (BUILD, CREATE, FIRST, MODELS, SIDES, TORCHVISION, calls_for, check, compose, overrides,
+                             sides)
 
     rounds = 1 if args.smoke else 3 if args.quick else 7
     chosen = MODELS[-1:] if args.smoke else MODELS  # smoke: the densenet graph alone, its code path
@@ -270,19 +271,19 @@ def build(args: argparse.Namespace) -> dict:
         for side in SIDES:
             cfg = compose(name, side)
             shape = check(name, side, cfg, outputs=not args.smoke)  # same parameters (and outputs) before timing
-            runs = sides(name, side, cfg)
-            for run in runs.values() if not args.smoke else ():  # warm: Hydra's first compose, torch's first kernels
-                run()
-            values = interleaved(runs, rounds)
+            warm = {s: run() for s, run in sides(name, side, cfg).items()} if not args.smoke else {}
+            # warm: Hydra's first compose, torch's first kernels; then as many calls a round as fit in ~0.4 s
+            calls = calls_for(warm[TORCHVISION]["s"]) if warm else 1
+            values = interleaved(sides(name, side, cfg, calls), rounds)
             models[f"{name} {side}"] = {
-                "name": name, "side": side, "overrides": overrides(side), **shape,
+                "name": name, "side": side, "overrides": overrides(side), **shape, "calls_per_round": calls,
                 "figures": {s: summary(v["s"]) for s, v in values.items()},
                 "ratios": {s: summary([a / b for a, b in zip(v["s"], values[TORCHVISION]["s"])])
                            for s, v in values.items() if s != TORCHVISION}}
     for name in chosen:  # build time at 512 over build time at 224 (medians): the same when shapes cost nothing
         small, large = models[f"{name} {SIDES[0]}"], models[f"{name} {SIDES[1]}"]
         large["vs_224"] = large["figures"][BUILD]["median"] / small["figures"][BUILD]["median"]
-    return {"threads": torch.get_num_threads(), "rounds": rounds, "sides": [TORCHVISION, BUILD, CREATE],
+    return {"threads": torch.get_num_threads(), "rounds": rounds, "sides": [TORCHVISION, BUILD, CREATE, FIRST],
             "models": models}
 
 
