@@ -7,12 +7,14 @@ temporary folder: the recorded results are not touched. Under ``-m slow``, every
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +46,7 @@ def test_the_in_process_sections_run_and_record(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in (RUN.parent / "results").glob("*.json")} == recorded
 
 
-def test_only_full_settings_on_their_device_write_over_the_recorded_figures() -> None:
+def _bench_run_module() -> Any:
     spec = importlib.util.spec_from_file_location("benchmarks_run", RUN)  # not `run`: the top-level run.py is
     bench = importlib.util.module_from_spec(spec)
     path = list(sys.path)
@@ -52,6 +54,27 @@ def test_only_full_settings_on_their_device_write_over_the_recorded_figures() ->
         spec.loader.exec_module(bench)
     finally:
         sys.path[:] = path  # it puts its own folder first, for its sibling files
+    return bench
+
+
+def test_sections_that_read_mnist_without_it_are_refused_before_any_work(tmp_path: Path, monkeypatch, capsys) -> None:
+    bench = _bench_run_module()
+    import modelforge.data
+
+    offline = dataclasses.replace(modelforge.data.MNIST, mirrors=("http://127.0.0.1:9/",))  # refused at once
+    monkeypatch.setattr(modelforge.data, "MNIST", offline)
+    with pytest.raises(SystemExit) as stopped:
+        bench.check_data(str(tmp_path / "none"), ["build", "overhead", "dataread"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: MNIST files missing from data_dir {tmp_path / 'none'}: train-images-idx3-ubyte")
+    assert err.splitlines()[-1] == ("  the sections overhead, dataread read MNIST; these do not: --only hooks "
+                                    "--only hotpath --only build")
+    bench.check_data(str(tmp_path / "none"), ["build", "hooks"])  # none reads MNIST: nothing to check
+
+
+def test_only_full_settings_on_their_device_write_over_the_recorded_figures() -> None:
+    bench = _bench_run_module()
     RESULTS_DIR, default_results_dir = bench.RESULTS_DIR, bench.default_results_dir  # noqa: N806
     outputs = REPO / "outputs" / "benchmarks"
     assert default_results_dir(False, False, "gpu", ["build"]) == RESULTS_DIR

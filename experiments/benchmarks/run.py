@@ -53,6 +53,7 @@ from results_md import current_commit, write_atomic, write_results  # noqa: E402
 
 SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "build", "time_to_99", "gpu")
 ON_REQUEST = ("time_to_99", "gpu")  # long, or needing a GPU: only with --only
+NEEDS_MNIST = ("overhead", "loop", "dataread", "startup", "time_to_99", "gpu")  # build, hooks, hotpath: no data
 EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
 
 
@@ -273,7 +274,7 @@ def build(args: argparse.Namespace) -> dict:
             shape = check(name, side, cfg, outputs=not args.smoke)  # same parameters (and outputs) before timing
             warm = {s: run() for s, run in sides(name, side, cfg).items()} if not args.smoke else {}
             # warm: Hydra's first compose, torch's first kernels; then as many calls a round as fit in ~0.4 s
-            calls = calls_for(warm[TORCHVISION]["s"]) if warm else 1
+            calls = (calls_for(warm[TORCHVISION]["s"], *((0.1, 3) if args.quick else ())) if warm else 1)
             values = interleaved(sides(name, side, cfg, calls), rounds)
             models[f"{name} {side}"] = {
                 "name": name, "side": side, "overrides": overrides(side), **shape, "calls_per_round": calls,
@@ -331,6 +332,23 @@ def _markdown(results_dir: Path) -> Path:
     return HERE / "RESULTS.md" if results_dir.resolve() == RESULTS_DIR.resolve() else results_dir / "RESULTS.md"
 
 
+def check_data(data_dir: str | None, chosen: list[str]) -> None:
+    """MNIST found (or fetched, as train does) before any section starts; else one message and exit 2."""
+    needing = [name for name in chosen if name in NEEDS_MNIST]
+    if not needing:
+        return
+    from modelforge.data import MNIST, ensure_files, resolve_data_dir
+    from modelforge.errors import DataError
+
+    try:
+        ensure_files(resolve_data_dir(data_dir), MNIST)
+    except DataError as exc:
+        others = [name for name in SECTIONS if name not in NEEDS_MNIST]
+        print(f"error: {exc}\n  the sections {', '.join(needing)} read MNIST; these do not: "
+              + " ".join(f"--only {name}" for name in others), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small settings: under 5 minutes on 2 cores")
@@ -355,6 +373,7 @@ def main() -> None:
     args.quick = args.quick or args.smoke
     args.repeats = args.repeats or (1 if args.smoke else 2 if args.quick else 3)
     chosen = args.only or [s for s in SECTIONS if s not in ON_REQUEST]
+    check_data(args.data_dir, chosen)
     if args.results_dir is None:
         args.results_dir = default_results_dir(args.smoke, args.quick, args.accelerator, chosen)
     args.results_dir.mkdir(parents=True, exist_ok=True)
