@@ -56,7 +56,8 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
     version.setbase("1.3")
     quiet_library_notices()  # hydra.verbose=true brings them back once the job starts (quiet_third_party)
     parser = hydra_utils.get_args_parser()
-    cmd = CommandLine(parser.parse_args(argv), config_name, argv)  # a bad flag exits as Hydra would
+    # flags may come after overrides (`train model=x --config-dir d trainer.y=z`): argparse alone stops at them
+    cmd = CommandLine(parser.parse_intermixed_args(argv), config_name, argv)  # a bad flag exits as Hydra would
     users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]
 
     def job(cfg: DictConfig) -> Any:  # the task in the user's environment, its errors reported as ours

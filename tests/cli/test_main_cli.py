@@ -73,3 +73,16 @@ def test_list_models_shows_every_model_file_a_user_can_pick(run_main, tmp_path) 
     only = run_main("list", "models", "res*").stdout.split("above):\n")[1]
     assert [line.split()[0] for line in only.splitlines() if not line.startswith(" " * 4)] == [
         "resnet18", "resnet34", "resnet50"]
+
+
+def test_flags_may_come_between_and_after_overrides(run_main, tmp_path) -> None:
+    """`train model=x --config-dir d trainer.y=z`: argparse alone stops at the flag and calls the rest unknown."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text("name: mlp\nhidden_sizes: [5]\n")
+    result = run_main("summary", "model=mine", "--config-dir", str(tmp_path), "model.hidden_sizes=[7]")
+    assert result.returncode == 0, result.stderr
+    assert "7" in result.stdout and f"{784 * 7 + 7 + 7 * 10 + 10:,}" in result.stdout  # the override after the flag
+    shown = run_main("summary", "model=mine", "model.hidden_sizes=[3]", "--cfg", "job", "--config-dir", str(tmp_path))
+    assert shown.returncode == 0 and "hidden_sizes:\n  - 3" in shown.stdout
+    bad = run_main("summary", "model=mlp", "--bogus")
+    assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
