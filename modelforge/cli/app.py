@@ -31,6 +31,7 @@ from omegaconf import errors as omegaconf_errors
 from modelforge import errors
 from modelforge.cli.run_checks import forget_validated
 from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error, yaml_file_error
+from modelforge.config_shadows import check_not_shadowed
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
 from modelforge.models.compose import config_folders, defaults_cycle_error
 from modelforge.models.definitions import missing_defaults_hint
@@ -219,6 +220,7 @@ class CommandLine:
         for folder in (f.removeprefix("file://") for f in self.folders if f.startswith("file://")):
             for path in sorted(Path(folder).expanduser().rglob("*.y*ml")):
                 check_yaml_file(path)
+            check_not_shadowed(folder)
         self._refuse_model_options()
         for value in (v for o in self.overrides if o.key_or_group == "model" and not o.is_delete() for v in _values(o)):
             if isinstance(value, str) and value.endswith((".yaml", ".yml")):

@@ -15,6 +15,7 @@ import yaml
 from omegaconf import DictConfig
 
 from modelforge.config import conf_dir, config_groups, yaml_file_error
+from modelforge.config_shadows import check_not_shadowed
 from modelforge.errors import ConfigError, closest_names
 from modelforge.models.definitions import defaults_cycle, missing_defaults_hint
 
@@ -33,12 +34,14 @@ PRIMARY = "create_model"  # conf/create_model.yaml: the model group alone
 
 def compose_model(name: str, overrides: Sequence[str], folders: Sequence[Path]) -> DictConfig:
     """The config ``{model: ...}`` of ``model=name`` with the model ``overrides``; ``folders``: the config folders,
-    conf/ first then the user's (searched before it, as ``--config-dir`` is)."""
+    conf/ first then the user's (searched after it, as ``--config-dir`` is: :mod:`modelforge.config_shadows`)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    for folder in folders[1:]:
+        check_not_shadowed(folder)
     extra = [f"hydra.searchpath=[file://{folder}]" for folder in folders[1:]]
     saved = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
     GlobalHydra.instance().clear()

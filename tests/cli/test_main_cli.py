@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import SHIPPED_MODELS
+from tests.conftest import REPO, SHIPPED_MODELS
 
 
 def test_help_names_commands_and_config_groups(run_main) -> None:
@@ -86,3 +86,24 @@ def test_flags_may_come_between_and_after_overrides(run_main, tmp_path) -> None:
     assert shown.returncode == 0 and "hidden_sizes:\n  - 3" in shown.stdout
     bad = run_main("summary", "model=mlp", "--bogus")
     assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
+
+
+def test_a_users_file_named_as_a_shipped_one_is_refused_as_never_read(run_main, tmp_path) -> None:
+    """Hydra reads conf/ first: a user's model/mlp.yaml would be ignored without a word."""
+    import pytest
+
+    from modelforge import ConfigError, create_model
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mlp.yaml").write_text("name: mlp\nhidden_sizes: [3]\n")
+    result = run_main("summary", "--config-dir", str(tmp_path), "model=mlp")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        f"error: {tmp_path / 'model' / 'mlp.yaml'}: is never read: the shipped "
+        f"{REPO / 'conf' / 'model' / 'mlp.yaml'} has its name, and Hydra reads the shipped configs first "
+        "(model=mlp is the shipped one)")
+    assert result.stderr.splitlines()[1] == "  hint: give yours a name of its own, e.g. model/my_mlp.yaml"
+    with pytest.raises(ConfigError, match="is never read"):
+        create_model("mlp", config_dir=tmp_path)
+    (tmp_path / "model" / "mlp.yaml").rename(tmp_path / "model" / "my_mlp.yaml")
+    assert run_main("summary", "--config-dir", str(tmp_path), "model=my_mlp").returncode == 0
