@@ -147,6 +147,7 @@ def create_model(
     from modelforge.models.compose import compose_model
     from modelforge.models.compose_memo import COMPOSED
 
+    overrides = list(overrides)  # read once: a generator would be empty the second time
     folders = (conf_dir(), *([Path(config_dir).resolve()] if config_dir is not None else []))  # Hydra's order
 
     def to_model(run_cfg: DictConfig) -> dict[str, Any]:

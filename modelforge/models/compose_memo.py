@@ -5,12 +5,15 @@ making OmegaConf nodes, its own ``hydra/`` group included): as long as torch tak
 A second ``create_model`` of the same name, overrides and config folders reuses the first one's model config
 instead, unless something it was composed from has changed since:
 
-- a ``.yaml`` file under those folders, seen by path, size and modification time (as Python's bytecode cache
-  sees a source file), and by its contents when it changed in the last two seconds;
-- an entry of Hydra's ``ConfigStore`` (a structured config stored again is a new node).
+- a ``.yaml`` file under those folders, seen by path, size, modification and change times and inode (as
+  git sees a file), and by its contents when it changed in the last two seconds;
+- an entry of Hydra's ``ConfigStore`` (a structured config stored again is a new node; one changed in place
+  is not seen).
 
 A config whose values call a resolver (``${oc.env:HOME}``, ``${now:%H}``) is resolved again on every call, so
-what those read is never kept. The first call in a process always composes: :func:`cache_info` counts both.
+what those read is never kept. One that Hydra cannot compose the same way twice is composed on every call: a
+defaults list that calls a resolver (``- /blocks@fc: ${oc.env:BLOCK}``), or a ``shuffle(...)`` override. The
+first call in a process always composes: :func:`cache_info` counts both.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 RACY_S = 2  # a file changed this recently is hashed as well (see _files_state)
 MAX_ENTRIES = 64  # model configs are a few kB; a process rarely composes more than a handful
-_RESOLVER_CALL = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")  # ${name:...}; ${key} alone reads the config itself
+# ${name:...} (and ${${key}:...}, a resolver named by a value); ${key} alone reads the config itself
+_RESOLVER_CALL = re.compile(r"\$\{\s*(?:[A-Za-z_][\w.]*|\$\{[^}]*\})\s*:")
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class CacheInfo(NamedTuple):
@@ -61,7 +67,8 @@ class ComposedModels:
             compose: Callable[[], DictConfig], to_model: Callable[[DictConfig], dict[str, Any]]) -> dict[str, Any]:
         """The model config ``to_model(compose())`` gives, reused while nothing it read has changed (a copy:
         the caller may change it)."""
-        files = (name, tuple(overrides), tuple(str(f) for f in folders), _files_state(folders))
+        state = _files_state(folders)
+        files = (name, tuple(overrides), tuple(str(f) for f in folders), state)
         nodes = _store_nodes()
         key = (*files, tuple((path, id(node)) for path, node in nodes))
         with self._lock:
@@ -72,15 +79,23 @@ class ComposedModels:
         if entry is None:
             run_cfg = compose()
             model = to_model(run_cfg)  # an error here is raised on every call: nothing is kept
+            with self._lock:
+                self._misses += 1
+            if _chosen_while_composing(overrides, state):
+                return model  # what Hydra picks may differ next time: composed on every call
             nodes = _store_nodes()  # Hydra stores its own configs on its first compose in a process
             key = (*files, tuple((path, id(node)) for path, node in nodes))
             entry = _Entry(run_cfg, model if not _calls_resolver(run_cfg) else None, tuple(n for _, n in nodes))
             with self._lock:
-                self._misses += 1
                 self._entries[key] = entry
                 while len(self._entries) > MAX_ENTRIES:
                     self._entries.popitem(last=False)
-        return copy.deepcopy(entry.model) if entry.model is not None else to_model(entry.run_cfg)
+            return copy.deepcopy(model)
+        if entry.model is not None:
+            return copy.deepcopy(entry.model)
+        fresh = copy.deepcopy(entry.run_cfg)
+        OmegaConf.clear_cache(fresh)  # a resolver registered with use_cache (now) answers anew, as in a new compose
+        return to_model(fresh)
 
     def cache_info(self) -> CacheInfo:
         with self._lock:
@@ -93,13 +108,15 @@ class ComposedModels:
             self._hits = self._misses = 0
 
 
-def _files_state(folders: Sequence[Path]) -> tuple[tuple[str, int, int, bytes], ...]:
-    """Every YAML file under ``folders``: path, size and modification time in ns (conf/'s 84 files: ~0.3 ms).
+def _files_state(folders: Sequence[Path]) -> tuple[tuple[str, int, int, int, int, bytes], ...]:
+    """Every YAML file under ``folders``: path, size, modification time, inode and change time (conf/'s 84 files:
+    ~0.3 ms). A file put in place by ``cp -p``/``rsync -a``/``tar x`` keeps its size and mtime but not its inode
+    or change time.
 
     A file changed in the last ``RACY_S`` seconds is also read and hashed: the kernel stamps times from a clock
     that ticks every few milliseconds, so two writes of the same size in one tick leave the same stamp (git
     hashes such "racily clean" files for the same reason)."""
-    state: list[tuple[str, int, int, bytes]] = []
+    state: list[tuple[str, int, int, int, int, bytes]] = []
     now = time.time_ns()
     folders_left = [str(folder) for folder in reversed(folders)]
     seen: set[tuple[int, int]] = set()  # folders by device and inode: a link to a folder above is read once
@@ -119,8 +136,9 @@ def _files_state(folders: Sequence[Path]) -> tuple[tuple[str, int, int, bytes], 
                     folders_left.append(entry.path)
                 elif entry.name.endswith((".yaml", ".yml")):
                     st = entry.stat()
-                    state.append((entry.path, st.st_size, st.st_mtime_ns,
-                                  _digest(entry.path) if now - st.st_mtime_ns < RACY_S * 1e9 else b""))
+                    recent = now - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_S * 1e9
+                    state.append((entry.path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns,
+                                  _digest(entry.path) if recent else b""))
             except OSError:  # gone between the listing and the stat
                 continue
     return tuple(state)
@@ -147,6 +165,29 @@ def _store_nodes() -> list[tuple[str, Any]]:
             else:
                 found.append((f"{prefix}{name}", value))
     return sorted(found, key=lambda pair: pair[0])
+
+
+def _chosen_while_composing(overrides: Sequence[str], state: tuple[tuple[Any, ...], ...]) -> bool:
+    """Whether Hydra makes a choice while composing that may differ between calls: an override that shuffles, or
+    a defaults list that calls a resolver (``- /blocks@fc: ${oc.env:BLOCK}``), whose pick the composed config
+    does not show. Only files whose text calls a resolver are parsed (conf/: 7 of 84)."""
+    if any("shuffle(" in override for override in overrides):
+        return True
+    for path, *_ in state:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return True
+        if not _RESOLVER_CALL.search(text):
+            continue
+        try:
+            data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506  (a safe loader)
+        except yaml.YAMLError:
+            return True  # Hydra will say what is wrong with it
+        defaults = data.get("defaults") if isinstance(data, dict) else None
+        if defaults is not None and _RESOLVER_CALL.search(repr(defaults)):
+            return True
+    return False
 
 
 def _calls_resolver(cfg: DictConfig) -> bool:

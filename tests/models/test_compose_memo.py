@@ -133,3 +133,51 @@ def test_a_folder_linked_into_itself_is_read_once(configs: Path) -> None:
     assert params(create_model("tiny", config_dir=configs)) == 784 * 16 + 16
     assert params(create_model("tiny", config_dir=configs)) == 784 * 16 + 16
     assert compose_memo.cache_info().hits == 1
+
+
+def test_a_file_put_in_place_with_its_old_size_and_stamp_is_seen(configs: Path) -> None:
+    """cp -p, rsync -a and tar x keep the size and mtime; the inode and change time differ."""
+    path = configs / "model" / "tiny.yaml"
+    os.utime(path, ns=(10**18, 10**18))
+    assert params(create_model("tiny", config_dir=configs)) == 784 * 16 + 16
+    replacement = configs / "new.yml.part"
+    replacement.write_text(MODEL_FILE.format(width=64))  # same size
+    os.utime(replacement, ns=(10**18, 10**18))
+    os.replace(replacement, path)
+    assert params(create_model("tiny", config_dir=configs)) == 784 * 64 + 64
+
+
+def test_a_defaults_list_that_calls_a_resolver_is_composed_on_every_call(configs: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    (configs / "blocks").mkdir()
+    for width in (5, 7):
+        (configs / "blocks" / f"w{width}.yaml").write_text(f"fc: {{block: linear, args: {{out_features: {width}}}}}\n")
+    (configs / "model" / "picked.yaml").write_text(
+        "defaults:\n  - /model_defaults/graph@_here_\n  - /blocks@nodes: ${oc.env:MF_TEST_BLOCK}\n  - _self_\n"
+        "name: graph\nnodes:\n  flat: {block: flatten}\n")
+    for width in (5, 7, 5):
+        monkeypatch.setenv("MF_TEST_BLOCK", f"w{width}")
+        assert params(create_model("picked", config_dir=configs)) == 28 * width + width  # fc reads [B, 1, 28, 28]
+    assert compose_memo.cache_info() == compose_memo.CacheInfo(hits=0, misses=3, entries=0)
+
+
+def test_a_cached_resolver_answers_anew_on_every_call(configs: Path) -> None:
+    """A resolver registered with use_cache (as Hydra's now) keeps its answer in the config it resolved."""
+    from omegaconf import OmegaConf
+
+    widths = iter(range(2, 100))
+    OmegaConf.register_new_resolver("mf_test_next_width", lambda: next(widths), use_cache=True, replace=True)
+    (configs / "model" / "counted.yaml").write_text(MODEL_FILE.format(width="'${mf_test_next_width:}'"))
+    assert [params(create_model("counted", config_dir=configs)) for _ in range(3)] == [784 * w + w for w in (2, 3, 4)]
+
+
+def test_overrides_given_as_a_generator_are_read_once() -> None:
+    first = create_model("mlp", (o for o in ["hidden_sizes=[4]"]))
+    assert params(first) == 784 * 4 + 4 + 4 * 10 + 10
+    assert params(create_model("mlp", ["hidden_sizes=[4]"])) == params(first)
+
+
+def test_a_shuffled_choice_is_composed_on_every_call() -> None:
+    create_model("mlp", ["hidden_sizes=shuffle([4,5,6])"])
+    create_model("mlp", ["hidden_sizes=shuffle([4,5,6])"])
+    assert compose_memo.cache_info().entries == 0
