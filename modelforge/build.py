@@ -138,7 +138,8 @@ def create_model(
     ``overrides`` are keys of the model config, in Hydra's syntax (``~nodes.flat`` deletes, ``+key=...`` adds).
     ``create_model("resnet18", ["n_classes=null"])``: the model without its head (pooled features).
     ``config_dir``: a folder of your own configs (``model/``, ``blocks/``), searched after the shipped ones, as
-    ``--config-dir`` is (a file of it named as a shipped one is refused: it would never be read). ``features``: see :func:`build_model`.
+    ``--config-dir`` is (a file of it named as a shipped one is refused: it would never be read).
+    ``features``: see :func:`build_model`.
 
     A second call with the same name, overrides and folders reuses the first one's composition while the
     config files are unchanged (:func:`modelforge.models.compose_memo.cache_info`); the model is built anew.
