@@ -87,10 +87,13 @@ def test_a_new_file_in_the_folder_is_seen(configs: Path) -> None:
 
 def test_a_structured_config_stored_again_is_composed_again() -> None:
     store = ConfigStore.instance()
-    store.store(group="model", name="stored_mlp", node={"name": "mlp", "hidden_sizes": [16]})
-    assert params(create_model("stored_mlp")) == params(create_model("mlp", ["hidden_sizes=[16]"]))
-    store.store(group="model", name="stored_mlp", node={"name": "mlp", "hidden_sizes": [4]})
-    assert params(create_model("stored_mlp")) == params(create_model("mlp", ["hidden_sizes=[4]"]))
+    try:
+        store.store(group="model", name="stored_mlp", node={"name": "mlp", "hidden_sizes": [16]})
+        assert params(create_model("stored_mlp")) == params(create_model("mlp", ["hidden_sizes=[16]"]))
+        store.store(group="model", name="stored_mlp", node={"name": "mlp", "hidden_sizes": [4]})
+        assert params(create_model("stored_mlp")) == params(create_model("mlp", ["hidden_sizes=[4]"]))
+    finally:  # the model group's options are the shipped ones for the tests after this one (--help lists them)
+        store.repo["model"].pop("stored_mlp.yaml", None)
 
 
 def test_a_value_that_calls_a_resolver_is_resolved_on_every_call(configs: Path,
@@ -168,7 +171,11 @@ def test_a_cached_resolver_answers_anew_on_every_call(configs: Path) -> None:
     widths = iter(range(2, 100))
     OmegaConf.register_new_resolver("mf_test_next_width", lambda: next(widths), use_cache=True, replace=True)
     (configs / "model" / "counted.yaml").write_text(MODEL_FILE.format(width="'${mf_test_next_width:}'"))
-    assert [params(create_model("counted", config_dir=configs)) for _ in range(3)] == [784 * w + w for w in (2, 3, 4)]
+    try:
+        assert [params(create_model("counted", config_dir=configs)) for _ in range(3)] == [784 * w + w
+                                                                                           for w in (2, 3, 4)]
+    finally:
+        OmegaConf.clear_resolver("mf_test_next_width")
 
 
 def test_overrides_given_as_a_generator_are_read_once() -> None:
