@@ -7,20 +7,22 @@ would run with the shipped file and say nothing. Such a file is refused before a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from modelforge.config import conf_dir
 from modelforge.errors import ConfigError
 
 
-def check_not_shadowed(folder: str | Path) -> None:
-    """Refuse a YAML file under ``folder`` at the path of a shipped config (``model/mlp.yaml``)."""
+def check_not_shadowed(folder: str | Path, files: Iterable[Path] | None = None) -> None:
+    """Refuse a YAML file under ``folder`` at the path of a shipped config (``model/mlp.yaml``); ``files``: the
+    folder's YAML files, when the caller has listed them already."""
     shipped = conf_dir().resolve()
     root = Path(folder).expanduser().resolve()
     if root == shipped or not root.is_dir():
         return  # conf/ itself; a folder that is not there is Hydra's to report
-    for path in sorted(root.rglob("*.y*ml")):
-        relative = path.relative_to(root)
+    for path in sorted(root.rglob("*.y*ml")) if files is None else files:
+        relative = path.resolve().relative_to(root)
         if (shipped / relative).is_file():
             group = relative.parent.as_posix()
             choice = f"{group}={relative.stem}" if group != "." else f"the {relative.stem} command's config"

@@ -218,9 +218,10 @@ class CommandLine:
                                       "write hydra.sweeper.conditions in a search config, as "
                                       "conf/hparams_search/architecture.yaml does (yours: --config-dir DIR)"))
         for folder in (f.removeprefix("file://") for f in self.folders if f.startswith("file://")):
-            for path in sorted(Path(folder).expanduser().rglob("*.y*ml")):
+            files = sorted(Path(folder).expanduser().rglob("*.y*ml"))
+            for path in files:
                 check_yaml_file(path)
-            check_not_shadowed(folder)
+            check_not_shadowed(folder, files)
         self._refuse_model_options()
         for value in (v for o in self.overrides if o.key_or_group == "model" and not o.is_delete() for v in _values(o)):
             if isinstance(value, str) and value.endswith((".yaml", ".yml")):

@@ -181,12 +181,30 @@ def _chosen_while_composing(overrides: Sequence[str], state: tuple[tuple[Any, ..
         if not _RESOLVER_CALL.search(text):
             continue
         try:
-            data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506  (a safe loader)
+            root = yaml.compose(text, Loader=_YAML_LOADER)  # nodes: aliases are not expanded
         except yaml.YAMLError:
             return True  # Hydra will say what is wrong with it
-        defaults = data.get("defaults") if isinstance(data, dict) else None
-        if defaults is not None and _RESOLVER_CALL.search(repr(defaults)):
+        if isinstance(root, yaml.MappingNode) and any(
+                key.value == "defaults" and _calls_in_node(value) for key, value in root.value):
             return True
+    return False
+
+
+def _calls_in_node(node: yaml.Node) -> bool:
+    """Whether a scalar under ``node`` calls a resolver (each node looked at once, however often aliased)."""
+    seen, left = set(), [node]
+    while left:
+        node = left.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            if _RESOLVER_CALL.search(str(node.value)):
+                return True
+        elif isinstance(node, yaml.MappingNode):
+            left.extend(part for pair in node.value for part in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            left.extend(node.value)
     return False
 
 
