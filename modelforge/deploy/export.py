@@ -14,7 +14,6 @@ import math
 import re
 import sys
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -336,80 +335,19 @@ def _image_folder_check_images(meta: Mapping[str, Any], data_config: Mapping[str
     return batch, labels, f"{len(items)} {split} images of {root}"
 
 
-# --- one message for a model a format cannot take: where, why, and which formats work ---------------------
+# --- one message for a model a format cannot take: the exporter's own reason, and which formats work ----------
 
 def _cannot_export(format: str, model: nn.Module, example: Tensor, options: dict[str, Any],
                    exc: BaseException) -> ExportError:
-    chain = _chain(exc)
-    text = _ANSI.sub("", "\n".join(str(e) for e in chain))
-    probed = {f: _probe(f, model, example, options) for f in FORMATS if f != format}
-    where = [w for w in (_node(text, probed.get("pt2")), _code_site(model, chain, text)) if w]
-    others = [f for f, artifact in probed.items() if artifact is not None]
-    works = f"formats that work: {', '.join(others)}" if others else "no other format works for it either"
-    at = f" at {'; '.join(where)}" if where else ""
-    return ExportError(f"format {format}: {_name(model, _metadata(model))} cannot be exported{at}: "
-                       f"{_first_line(chain[-1])}\n  {works}")
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
+    """The first line of the exception the exporter's error was raised from (its own reason), and the other
+    formats that export ``model`` (each tried in memory)."""
     chain = [exc]
-    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and nxt not in chain:
-        chain.append(nxt)
-    return chain
-
-
-def _node(text: str, program: Any) -> str | None:
-    """The graph node and op an exporter named, and (from a ``torch.export`` program) the module it is in."""
-    node = re.search(r"translating node %(\w+)", text)
-    op = re.search(r"op='([\w.]+)'|target=torch\.ops\.([\w.]+)|\b(aten::\w+)", text)
-    op_name = next((g for g in op.groups() if g), None) if op else None
-    if not node and not op_name:
-        return None
-    found = f"node %{node.group(1)}" + (f" (op {op_name})" if op_name else "") if node else f"op {op_name}"
-    base = re.split(r"[.:]+", op_name)[1] if op_name and re.search(r"[.:]", op_name) else node.group(1)
-    modules = _modules_running(program, base) if program is not None else []
-    return found + (f" in {', '.join(modules[:3])}" if modules else "")
-
-
-def _modules_running(program: Any, base: str) -> list[str]:
-    """The modules (dotted name and class) whose part of ``program`` calls an op named like ``base``."""
-    found: dict[str, None] = {}
-    for node in program.graph.nodes:
-        target = str(node.target).split(".")[1] if node.op == "call_function" and "." in str(node.target) else ""
-        stack = list((node.meta.get("nn_module_stack") or {}).values())
-        if stack and (target.endswith(base) or node.name.endswith(base)):
-            path, cls = stack[-1]
-            found[f"{path or 'the model'} ({str(cls).rpartition('.')[2]})"] = None
-    return list(found)
-
-
-def _code_site(model: nn.Module, chain: list[BaseException], text: str) -> str | None:
-    """The model's own line the exporter stopped at, with the modules whose ``forward`` holds it."""
-    frames = [(f, int(n), c.strip()) for f, n, _, c in re.findall(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.+)', text)]
-    for exc in chain:
-        frames += [(f.filename, f.lineno or 0, (f.line or "").strip()) for f in traceback.extract_tb(exc.__traceback__)]
-    spans = _forward_spans(model)
-    for file, line, code in reversed(frames):
-        for (span_file, first, last), (cls, names) in spans.items():
-            if span_file == file and first <= line <= last:
-                used = [n for n in names if n]
-                of = f" in {', '.join(used[:3])}{', ...' if len(used) > 3 else ''}" if used else ""
-                return f"{cls}.forward{of} ({Path(file).name}:{line}: `{code}`)"
-    return None
-
-
-def _forward_spans(model: nn.Module) -> dict[tuple[str, int, int], tuple[str, list[str]]]:
-    """(file, first line, last line) of each module class's ``forward`` -> (class name, the modules of it)."""
-    spans: dict[tuple[str, int, int], tuple[str, list[str]]] = {}
-    for name, module in model.named_modules():
-        forward = type(module).forward
-        try:
-            lines, first = inspect.getsourcelines(forward)
-            span = (inspect.getsourcefile(forward) or "", first, first + len(lines) - 1)
-        except (OSError, TypeError):
-            continue
-        spans.setdefault(span, (type(module).__qualname__, []))[1].append(name)
-    return spans
+    while (earlier := chain[-1].__cause__ or chain[-1].__context__) is not None and earlier not in chain:
+        chain.append(earlier)
+    others = [f for f in FORMATS if f != format and _probe(f, model, example, options) is not None]
+    works = f"formats that work: {', '.join(others)}" if others else "no other format works for it either"
+    return ExportError(f"format {format}: {_name(model, _metadata(model))} cannot be exported: {_first_line(chain[-1])}"
+                       f"\n  {works}")
 
 
 def _probe(format: str, model: nn.Module, example: Tensor, options: dict[str, Any]) -> Any:
