@@ -22,6 +22,9 @@ from filelock import FileLock, Timeout
 from modelforge.errors import ModelforgeError
 
 
+_TRIES = 100  # a holder names itself within microseconds of taking the lock: 1 s at most before saying it did not
+
+
 class FileBusyError(ModelforgeError):
     """Another process is writing the file (exit 1: nothing was wrong with the command)."""
 
@@ -42,15 +45,17 @@ def claimed(path: str | Path, what: str = "export", key: str = "output") -> Iter
     made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(lock_path(path), timeout=0, on_acquired=lambda fd: _say_who(fd, what))
-    while True:
+    for _ in range(_TRIES):
         try:
             lock.acquire()
             break
         except Timeout:
             if (holder := _holder(lock_path(path))) is not None:
-                raise FileBusyError(f"{key}: {path} is being written by another process ({holder}); wait for it "
-                                    f"to finish, or write another file (output=OTHER{path.suffix})") from None
-            # its holder removed it as we locked it: claim the one at that name now
+                raise _busy(path, key, holder) from None
+            # its holder is between locking the file and writing its name in it, or removed it as we locked it
+            time.sleep(0.01)
+    else:
+        raise _busy(path, key, "a process that has not said which")
     try:
         yield
     finally:
@@ -67,11 +72,14 @@ def _say_who(fd: int, what: str) -> None:
     os.write(fd, f"{what} pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}\n".encode())
 
 
+def _busy(path: Path, key: str, holder: str) -> FileBusyError:
+    return FileBusyError(f"{key}: {path} is being written by another process ({holder}); wait for it to finish, or "
+                         f"write another file (output=OTHER{path.suffix})")
+
+
 def _holder(lock: Path) -> str | None:
-    """Who holds ``lock``, as its holder wrote it; None when the file is gone (its holder is done)."""
+    """Who holds ``lock``, as its holder wrote it; None when it is gone or says nothing yet."""
     try:
-        return lock.read_text("utf-8", "replace").strip() or "a process that has not said which"
-    except FileNotFoundError:
-        return None
+        return lock.read_text("utf-8", "replace").strip() or None
     except OSError:
-        return "a process that has not said which"
+        return None
