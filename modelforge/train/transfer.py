@@ -10,8 +10,8 @@ in; the rest are reported, or refused with ``init.strict=true``. A file none of 
 (:mod:`modelforge.weights.pairing`), a head of other outputs left as initialized. ``freeze`` globs pick
 parameters (``encoder.*``) or modules (``nodes.layer1``) by their dotted names: those get ``requires_grad=False``,
 and the norm layers wholly inside them stay in eval mode, their running statistics frozen, unless
-``freeze_bn=false``. ``validate_run_config`` applies both,
-before any work; :class:`FrozenWeights` keeps the frozen tensors as they were while the run trains.
+``freeze_bn=false``. ``validate_run_config`` applies both, before any work;
+:class:`~modelforge.train.freeze.FrozenWeights` keeps the frozen tensors as they were while the run trains.
 """
 
 from __future__ import annotations

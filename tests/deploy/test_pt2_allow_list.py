@@ -54,9 +54,10 @@ def _out_spec_type(kind: str) -> Callable[[dict[str, bytes]], None]:
 
 
 CRAFTED = {
-    "a weight larger than its bytes": (_weight_of_shape, r"states a weight 'linear\.weight' \(data/weights/weight_0\) "
-                                                         r"of shape \[100000, 100000\] \(40,000,000,000 bytes\), and its "
-                                                         r"record holds 31,360: refused before allocating"),
+    "a weight larger than its bytes": (_weight_of_shape,
+                                       r"states a weight 'linear\.weight' \(data/weights/weight_0\) of shape "
+                                       r"\[100000, 100000\] \(40,000,000,000 bytes\), and its record holds 31,360: "
+                                       r"refused before allocating"),
     "a node name that is code": (_node_named("flatten; import os"), r"holds 'flatten; import os' in graph_module/"
                                                                     r"graph/nodes/name, where a name belongs"),
     "a control character": (_stack_trace("x\n\x0bimport os"), r"holds a control character in graph_module/graph/"
