@@ -8,15 +8,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-import io
 import logging
 import math
-import re
 import sys
 import time
-import traceback
-import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.config import check_type, load_config
+from modelforge.deploy.exporters import BUILDERS, WRITERS, _first_line
 from modelforge.deploy.load import existing_file, load_model, resolve_checkpoint
 from modelforge.deploy.metadata import (
-    METADATA_KEY,
-    ONNX_METADATA_KEY,
     metadata_json,
     model_metadata,
     read_metadata,
@@ -36,7 +31,7 @@ from modelforge.deploy.paths import check_output_place, names_a_folder
 from modelforge.deploy.runtime import open_model
 from modelforge.deploy.signals import Doing, stop_behind, stopped_by_signals
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
-from modelforge.files.atomic import remove_dead_temps, write_bytes, write_json, write_to_path
+from modelforge.files.atomic import remove_dead_temps, write_json
 from modelforge.files.claim import claimed
 
 log = logging.getLogger(__name__)
@@ -46,7 +41,6 @@ SUFFIXES = {"pt2": (".pt2",), "onnx": (".onnx",), "torchscript": (".pt", ".ts")}
 METHODS = ("trace", "script")  # how TorchScript is made
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 EXTRA = "pip install 'modelforge[export]'"
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CHECK_BATCH_VALUES = 2**22  # the check's batches hold at most this many input values (16 MB); MNIST's 300 is one
 
 
@@ -156,67 +150,6 @@ def export_task(cfg: Mapping[str, Any]) -> Path:
                           hint="python -m modelforge export ckpt_path=RUN/checkpoints/last.ckpt format=onnx")
     options = {k: plain[k] for k in inspect.signature(export).parameters if k in plain and k != "model_or_path"}
     return export(str(plain["ckpt_path"]), **options)
-
-
-# --- the exporters: build in memory (also how the other formats are probed), then save -----------------------
-
-def _batch_dims(dynamic_batch: bool) -> tuple[dict[int, Any], ...] | None:
-    return ({0: torch.export.Dim("batch", min=1)},) if dynamic_batch else None
-
-
-def _build_pt2(model: nn.Module, example: Tensor, *, dynamic_batch: bool, **_: Any) -> Any:
-    with _quiet():
-        return torch.export.export(model, (example,), dynamic_shapes=_batch_dims(dynamic_batch), strict=False)
-
-
-def _build_onnx(model: nn.Module, example: Tensor, *, dynamic_batch: bool, opset: int | None, **_: Any) -> Any:
-    with _quiet():
-        return torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=_batch_dims(dynamic_batch),
-                                 input_names=["images"], output_names=["logits"], opset_version=opset,
-                                 verbose=False)
-
-
-def _build_torchscript(model: nn.Module, example: Tensor, *, method: str, **_: Any) -> Any:
-    with _quiet():
-        if method == "trace":
-            return torch.jit.trace(model, example)
-        try:
-            return torch.jit.script(model)
-        except Exception as exc:  # noqa: BLE001 - TorchScript's compiler raises many kinds
-            reason = _first_line(exc)
-    raise ExportError(f"format torchscript: torch.jit.script cannot compile {type(model).__name__} ({reason}); "
-                      "use method=trace (the default), which exports every modelforge model, graph models included")
-
-
-# torch's zip writer (pt2, TorchScript) is serialized in memory, then written as bytes: writing to a file that
-# fills up, it throws from its C++ destructor after the error it raised (PT2ArchiveWriter.__exit__ fails before
-# close(); TorchScript's C++ writer unwinds unfinished), and an exception out of a destructor aborts the whole
-# process (exit 134, "terminate called after ... unexpected pos"), a Python file handle or a path alike.
-
-def _write_pt2(program: Any, path: Path, meta: str, renamed: Callable[[], None]) -> None:
-    buffer = io.BytesIO()
-    torch.export.save(program, buffer, extra_files={METADATA_KEY: meta})
-    write_bytes(path, buffer.getbuffer(), renamed)
-
-
-def _write_torchscript(module: Any, path: Path, meta: str, renamed: Callable[[], None]) -> None:
-    buffer = io.BytesIO()
-    with _quiet():
-        torch.jit.save(module, buffer, _extra_files={METADATA_KEY: meta})
-    write_bytes(path, buffer.getbuffer(), renamed)
-
-
-def _write_onnx(program: Any, path: Path, meta: str, renamed: Callable[[], None]) -> None:
-    """The ONNX program saves to a path only (a full disk is an OSError there): its weights' bytes are what
-    a full disk's message says it needs."""
-    program.model.metadata_props[ONNX_METADATA_KEY] = meta
-    weights = sum(v.const_value.nbytes for v in program.model.graph.initializers.values() if v.const_value is not None)
-    write_to_path(path, lambda temp: program.save(str(temp)), needed=weights or None, committed=renamed)
-
-
-BUILDERS: dict[str, Callable[..., Any]] = {"pt2": _build_pt2, "onnx": _build_onnx, "torchscript": _build_torchscript}
-WRITERS: dict[str, Callable[[Any, Path, str, Callable[[], None]], None]] = {"pt2": _write_pt2, "onnx": _write_onnx,
-                                                        "torchscript": _write_torchscript}
 
 
 # --- the check: the exported file against the eager model on real images ---------------------------------
@@ -336,80 +269,19 @@ def _image_folder_check_images(meta: Mapping[str, Any], data_config: Mapping[str
     return batch, labels, f"{len(items)} {split} images of {root}"
 
 
-# --- one message for a model a format cannot take: where, why, and which formats work ---------------------
+# --- one message for a model a format cannot take: the exporter's own reason, and which formats work ----------
 
 def _cannot_export(format: str, model: nn.Module, example: Tensor, options: dict[str, Any],
                    exc: BaseException) -> ExportError:
-    chain = _chain(exc)
-    text = _ANSI.sub("", "\n".join(str(e) for e in chain))
-    probed = {f: _probe(f, model, example, options) for f in FORMATS if f != format}
-    where = [w for w in (_node(text, probed.get("pt2")), _code_site(model, chain, text)) if w]
-    others = [f for f, artifact in probed.items() if artifact is not None]
-    works = f"formats that work: {', '.join(others)}" if others else "no other format works for it either"
-    at = f" at {'; '.join(where)}" if where else ""
-    return ExportError(f"format {format}: {_name(model, _metadata(model))} cannot be exported{at}: "
-                       f"{_first_line(chain[-1])}\n  {works}")
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
+    """The first line of the exception the exporter's error was raised from (its own reason), and the other
+    formats that export ``model`` (each tried in memory)."""
     chain = [exc]
-    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and nxt not in chain:
-        chain.append(nxt)
-    return chain
-
-
-def _node(text: str, program: Any) -> str | None:
-    """The graph node and op an exporter named, and (from a ``torch.export`` program) the module it is in."""
-    node = re.search(r"translating node %(\w+)", text)
-    op = re.search(r"op='([\w.]+)'|target=torch\.ops\.([\w.]+)|\b(aten::\w+)", text)
-    op_name = next((g for g in op.groups() if g), None) if op else None
-    if not node and not op_name:
-        return None
-    found = f"node %{node.group(1)}" + (f" (op {op_name})" if op_name else "") if node else f"op {op_name}"
-    base = re.split(r"[.:]+", op_name)[1] if op_name and re.search(r"[.:]", op_name) else node.group(1)
-    modules = _modules_running(program, base) if program is not None else []
-    return found + (f" in {', '.join(modules[:3])}" if modules else "")
-
-
-def _modules_running(program: Any, base: str) -> list[str]:
-    """The modules (dotted name and class) whose part of ``program`` calls an op named like ``base``."""
-    found: dict[str, None] = {}
-    for node in program.graph.nodes:
-        target = str(node.target).split(".")[1] if node.op == "call_function" and "." in str(node.target) else ""
-        stack = list((node.meta.get("nn_module_stack") or {}).values())
-        if stack and (target.endswith(base) or node.name.endswith(base)):
-            path, cls = stack[-1]
-            found[f"{path or 'the model'} ({str(cls).rpartition('.')[2]})"] = None
-    return list(found)
-
-
-def _code_site(model: nn.Module, chain: list[BaseException], text: str) -> str | None:
-    """The model's own line the exporter stopped at, with the modules whose ``forward`` holds it."""
-    frames = [(f, int(n), c.strip()) for f, n, _, c in re.findall(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.+)', text)]
-    for exc in chain:
-        frames += [(f.filename, f.lineno or 0, (f.line or "").strip()) for f in traceback.extract_tb(exc.__traceback__)]
-    spans = _forward_spans(model)
-    for file, line, code in reversed(frames):
-        for (span_file, first, last), (cls, names) in spans.items():
-            if span_file == file and first <= line <= last:
-                used = [n for n in names if n]
-                of = f" in {', '.join(used[:3])}{', ...' if len(used) > 3 else ''}" if used else ""
-                return f"{cls}.forward{of} ({Path(file).name}:{line}: `{code}`)"
-    return None
-
-
-def _forward_spans(model: nn.Module) -> dict[tuple[str, int, int], tuple[str, list[str]]]:
-    """(file, first line, last line) of each module class's ``forward`` -> (class name, the modules of it)."""
-    spans: dict[tuple[str, int, int], tuple[str, list[str]]] = {}
-    for name, module in model.named_modules():
-        forward = type(module).forward
-        try:
-            lines, first = inspect.getsourcelines(forward)
-            span = (inspect.getsourcefile(forward) or "", first, first + len(lines) - 1)
-        except (OSError, TypeError):
-            continue
-        spans.setdefault(span, (type(module).__qualname__, []))[1].append(name)
-    return spans
+    while (earlier := chain[-1].__cause__ or chain[-1].__context__) is not None and earlier not in chain:
+        chain.append(earlier)
+    others = [f for f in FORMATS if f != format and _probe(f, model, example, options) is not None]
+    works = f"formats that work: {', '.join(others)}" if others else "no other format works for it either"
+    return ExportError(f"format {format}: {_name(model, _metadata(model))} cannot be exported: {_first_line(chain[-1])}"
+                       f"\n  {works}")
 
 
 def _probe(format: str, model: nn.Module, example: Tensor, options: dict[str, Any]) -> Any:
@@ -425,23 +297,6 @@ def _probe(format: str, model: nn.Module, example: Tensor, options: dict[str, An
 
 
 # --- helpers -------------------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Exporters print graphs, progress and deprecation notices: the user gets our lines (and errors) only."""
-    loggers = [logging.getLogger(name) for name in ("torch", "onnx_ir", "onnxscript")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-
 
 def _missing_onnx() -> list[str]:
     import importlib.util
@@ -532,11 +387,6 @@ def _output_path(output: str | Path | None, format: str, folder: Path, stem: str
     if path.exists() and not overwrite:
         _refuse_existing(path)
     return path
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
-    return (lines[0].rstrip(":") if lines else type(exc).__name__)[:300]
 
 
 __all__ = ["FORMATS", "check_export", "check_images", "export", "export_task"]

@@ -32,7 +32,6 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -192,8 +191,3 @@ def _torch_quiet() -> Iterator[None]:
             yield
     finally:
         logger.setLevel(level)
-
-
-def read_once(path: Path) -> bytes:
-    """The bytes of ``path``, read once (what is checked is what is loaded)."""
-    return Path(path).read_bytes()

@@ -172,7 +172,7 @@ def _failed(exc: BaseException, path: Path, tmp: str, needed: int | None) -> NoR
     written = os.path.getsize(tmp) if full and os.path.exists(tmp) else None
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
-    free = _free(path.parent) if full else None  # once the temp file is gone: what the user has to add to
+    free = free_space(path.parent) if full else None  # once the temp file is gone: what the user has to add to
     # Ctrl-C (or a stop) inside torch.save comes out as its zip writer's RuntimeError, with it as the context.
     if (stop := _stop_in(exc)) is not None and stop is not exc:
         raise stop from None
@@ -213,7 +213,8 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def _free(folder: Path) -> int | None:
+def free_space(folder: Path) -> int | None:
+    """The bytes free in ``folder``'s file system, for a full disk's message; None when it cannot be read."""
     with contextlib.suppress(OSError):
         return shutil.disk_usage(folder).free
     return None

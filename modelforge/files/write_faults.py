@@ -5,11 +5,10 @@ write (whose temp file's name would mean nothing to a user)."""
 from __future__ import annotations
 
 import errno
-import shutil
 from pathlib import Path
 
 from modelforge.errors import ModelforgeError
-from modelforge.files.atomic import TEMP_NAME, DiskFullError
+from modelforge.files.atomic import TEMP_NAME, DiskFullError, free_space
 
 _UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
 _FULL = {errno.ENOSPC, errno.EDQUOT}
@@ -51,7 +50,7 @@ def write_fault(exc: BaseException, run_dir: Path,
         return None
     path = written_path(cause.filename)
     if cause.errno in _FULL:
-        return DiskFullError(path, None, _free(path.parent))
+        return DiskFullError(path, None, free_space(path.parent))
     if cause.errno in _UNWRITABLE:
         return UnwritableError(path, cause, consequence)
     return None
@@ -73,10 +72,3 @@ def write_error_line(exc: OSError) -> str:
 
 def _under(filename: str | Path, folder: Path) -> bool:
     return Path(filename).absolute().is_relative_to(folder.absolute())
-
-
-def _free(folder: Path) -> int | None:
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return None

@@ -8,7 +8,6 @@ failed trials, and Hydra only warns about a callback's error, so the CLI fails t
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib
 import json
 import logging
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from filelock import FileLock
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
@@ -167,8 +167,7 @@ def _write_locked(sweep_dir: Path, fixed: list[str], objectives: list[tuple[str,
                   more: Callable[[list[JobRow]], list[JobRow]] = lambda rows: []) -> list[JobRow]:
     """Rewrite the summary from the jobs' records (and ``more`` rows), one writer at a time: parallel launchers
     (joblib) end jobs in several processes at once, and a worker of a shared study may record another's dead job."""
-    with open(sweep_dir / ".summary.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    with FileLock(sweep_dir / ".summary.lock"):
         rows = read_rows(sweep_dir)
         rows += more(rows)
         write_summary(sweep_dir, rows, fixed, objectives)

@@ -124,8 +124,7 @@ class DataDependent(nn.Module):
 
 
 def test_a_model_a_format_cannot_take_is_one_message_with_the_formats_that_work(tmp_path: Path) -> None:
-    with pytest.raises(ExportError, match=r"^format pt2: DataDependent cannot be exported at DataDependent\.forward "
-                                          r"\(test_export\.py:\d+: `if x\.sum\(\) > 0:.*`\): Could not guard on "
+    with pytest.raises(ExportError, match=r"^format pt2: DataDependent cannot be exported: Could not guard on "
                                           r"data-dependent expression") as caught:
         export(DataDependent(), "pt2", tmp_path)
     assert str(caught.value).splitlines()[-1] == "  formats that work: torchscript"
@@ -138,11 +137,11 @@ class Zeta(nn.Module):
 
 
 @needs_onnx
-def test_an_op_onnx_lacks_is_named_with_its_module(tmp_path: Path) -> None:
+def test_an_op_onnx_lacks_is_said_in_the_exporters_words(tmp_path: Path) -> None:
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10), Zeta())
     model.input_shape = (1, 28, 28)
-    with pytest.raises(ExportError, match=r"^format onnx: Sequential cannot be exported at node %zeta \(op prims\.zeta\) "
-                                          r"in 2 \(Zeta\): No ONNX function found") as caught:
+    with pytest.raises(ExportError, match=r"^format onnx: Sequential cannot be exported: No ONNX function found "
+                                          r"for <OpOverload\(op='prims\.zeta'") as caught:
         export(model, "onnx", tmp_path)
     assert str(caught.value).splitlines()[-1] == "  formats that work: pt2, torchscript"
 

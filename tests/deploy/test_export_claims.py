@@ -74,6 +74,7 @@ def test_two_exports_into_one_file_one_writes_the_other_says_why(small_run: Path
 HELD = textwrap.dedent("""
     import sys, time
     import modelforge.deploy.export as exporting
+    import modelforge.deploy.exporters as exporters
     from modelforge.files import atomic
 
     where = sys.argv.pop(1)
@@ -90,7 +91,7 @@ HELD = textwrap.dedent("""
         time.sleep(60)
 
     if where == "rename":
-        exporting.write_bytes = bytes_held_after_rename
+        exporters.write_bytes = bytes_held_after_rename
     else:
         exporting.check_images = images_held
     from modelforge.__main__ import main
@@ -143,7 +144,7 @@ def test_sigterm_while_checking_says_the_file_is_written_but_not_checked(small_r
 
 SLOW = textwrap.dedent("""
     import sys, time
-    import modelforge.deploy.export as exporting
+    import modelforge.deploy.exporters as exporters
     from modelforge.files import atomic
 
     def slow_bytes(path, data, committed=None):
@@ -153,7 +154,7 @@ SLOW = textwrap.dedent("""
             time.sleep(60)
         atomic.write_with(path, write, needed=len(data), committed=committed)
 
-    exporting.write_bytes = slow_bytes
+    exporters.write_bytes = slow_bytes
     from modelforge.__main__ import main
     sys.exit(main(sys.argv[1:]))
 """)

@@ -85,7 +85,7 @@ def test_a_full_disk_in_a_process_of_its_own_is_not_an_abort(big_run: Path, near
 # chunks (write_with), the ONNX program saves to a path and then sleeps (write_to_path).
 SLOW_WRITES = textwrap.dedent("""
     import sys, time
-    import modelforge.deploy.export as exporting
+    import modelforge.deploy.exporters as exporters
     from modelforge.files import atomic
 
     def slow_bytes(path, data, committed=None):
@@ -104,7 +104,7 @@ SLOW_WRITES = textwrap.dedent("""
             time.sleep(60)
         atomic.write_to_path(path, slow, needed, committed)
 
-    exporting.write_bytes, exporting.write_to_path = slow_bytes, slow_path
+    exporters.write_bytes, exporters.write_to_path = slow_bytes, slow_path
     from modelforge.__main__ import main
     sys.exit(main(sys.argv[1:]))
 """)

@@ -59,6 +59,22 @@ def test_a_lock_whose_holder_was_killed_is_free(tmp_path: Path) -> None:
         pass
 
 
+def test_a_holder_that_never_names_itself_is_still_refused_and_said_to_be_unnamed(tmp_path: Path) -> None:
+    target = tmp_path / "m.pt2"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\n"
+                               f"lock = open({str(tmp_path / '.m.pt2.lock')!r}, 'w')\n"
+                               "fcntl.flock(lock, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(FileBusyError, match=r"by another process \(a process that has not said which\); wait"):
+            with claimed(target):
+                pass
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
 def test_temp_files_of_dead_writers_are_removed_and_others_kept(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
