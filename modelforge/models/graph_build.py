@@ -25,6 +25,7 @@ from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
 from modelforge.models.graph_bounds import Bounds, repeat_count
 from modelforge.models.graph_dry_run import DryRun
+from modelforge.models.graph_resize import SizedFor, reads_input_shape
 from modelforge.models.graph_spec import (
     INPUT,
     REQUIRED,
@@ -69,7 +70,8 @@ class Graph(nn.ModuleDict):
         # a model holds a Graph per composite instance)
         vars(self).update(wiring=wiring, output=output, several_outputs=several_outputs, block=block,
                           n_inputs=n_inputs,
-                          call_kwargs=call_kwargs or {})  # node -> keyword arguments of its forward (`kwargs`)
+                          call_kwargs=call_kwargs or {},  # node -> keyword arguments of its forward (`kwargs`)
+                          sized=None)  # a composite built for its input's size: graph_resize.SizedFor
 
     @property
     def composite_name(self) -> str | None:
@@ -77,6 +79,8 @@ class Graph(nn.ModuleDict):
         return None if self.block == "graph" else self.block
 
     def forward(self, *inputs: Any) -> Any:
+        if self.sized is not None and not self.sized.fits(inputs):  # another size: the same weights, rebuilt there
+            return self.sized.at_size(self, inputs)(*inputs)
         values: dict[str, Any] = {INPUT: inputs}
         for name, node in self.items():
             values[name] = node(*[_pick(values, source) for source in self.wiring[name]],
@@ -84,6 +88,11 @@ class Graph(nn.ModuleDict):
         if self.several_outputs:
             return tuple(_pick(values, source) for source in self.output)
         return _pick(values, self.output[0])
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        if self.sized is not None:  # moved or cast: the graphs rebuilt for other sizes are made again when needed
+            self.sized.variants.clear()
+        return super()._apply(fn, recurse)
 
     def extra_repr(self) -> str:
         def label(source: Source) -> str:
@@ -398,7 +407,14 @@ class GraphBuilder:
             else:
                 scope[key] = resolve_args(default, scope, f"{composite.path}.params.{key}")
         try:
-            return self.build(composite.table, tuple(inputs), scope, block=composite.name, batched=tuple(batched))
+            graph, out = self.build(composite.table, tuple(inputs), scope, block=composite.name, batched=tuple(batched))
         except ConfigError as exc:
             raise ConfigError(exc.path, f"{exc.problem} [in {use_path}]", allowed=exc.allowed,
                               suggestions=exc.suggestions, hint=exc.hint) from None
+        if reads_input_shape(composite):
+            composites = self.composites
+
+            def rebuild(at: list[Any]) -> Graph:
+                return GraphBuilder(composites)._composite(composite, args, at, node_path, use_path, batched)[0]
+            vars(graph)["sized"] = SizedFor(inputs, batched, rebuild, use_path)
+        return graph, out
