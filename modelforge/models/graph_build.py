@@ -232,6 +232,8 @@ class GraphBuilder:
             module, values[name] = self._node(name, node, labels, [_pick(values, s) for s in sources],
                                               names, top, name in keep_all, node_path, in_batch, kwargs)
             has_batch[name] = (any(in_batch), module)
+            if not any(in_batch):  # a constant, a parameter, or work on them only: done once per call, whatever the
+                module.batch_free = True  # batch (the MAC counter does not divide it by the batch size)
             modules[name] = module
             wiring[name] = sources
             if kwargs:
