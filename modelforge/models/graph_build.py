@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor, nn
@@ -415,9 +416,23 @@ class GraphBuilder:
             raise ConfigError(exc.path, f"{exc.problem} [in {use_path}]", allowed=exc.allowed,
                               suggestions=exc.suggestions, hint=exc.hint) from None
         if reads_input_shape(composite):
-            composites = self.composites
-
-            def rebuild(at: list[Any]) -> Graph:
-                return GraphBuilder(composites)._composite(composite, args, at, node_path, use_path, batched)[0]
+            rebuild = _Rebuild(self.composites, composite, args, node_path, use_path, tuple(batched))
             vars(graph)["sized"] = SizedFor(inputs, batched, rebuild, use_path)
         return graph, out
+
+
+@dataclass(frozen=True)
+class _Rebuild:
+    """One composite instance built again for inputs of other sizes (a plain object: a model pickles whole)."""
+
+    composites: Mapping[str, Composite]
+    composite: Composite
+    args: dict[str, Any]
+    node_path: str
+    use_path: str
+    batched: tuple[bool, ...]
+
+    def __call__(self, inputs: list[Any]) -> Graph:
+        builder = GraphBuilder(self.composites)
+        return builder._composite(self.composite, dict(self.args), inputs, self.node_path, self.use_path,
+                                  list(self.batched))[0]
