@@ -309,7 +309,8 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
             raise fail(f"{name}'s divisor is {ast.unparse(node.args[1])!r} = {divisor!r}", allowed="a number > 0")
         if isinstance(value, Tensor):
             if rounding:
-                return _TENSOR_ROUNDING[name](value / divisor) * divisor if divisor != 1 else _TENSOR_ROUNDING[name](value)
+                whole = _TENSOR_ROUNDING[name]
+                return whole(value / divisor) * divisor if divisor != 1 else whole(value)
             return _TENSOR_MATH[name](value if value.is_floating_point() else value.to(torch.get_default_dtype()))
         if rounding:
             whole = _ROUNDING[name](value / divisor if divisor != 1 else value) * divisor

@@ -363,7 +363,7 @@ class GraphBuilder:
         self.dry_run.check_size(factory, kwargs, path)  # before the block is allocated
         try:
             block = self.dry_run.make(factory, kwargs)
-        except ConfigError as exc:  # a block of ours refusing one of its arguments (a formula's error has its full path)
+        except ConfigError as exc:  # a block of ours refusing an argument (a formula's error has its full path)
             absolute = exc.path.startswith(path.split(".", 1)[0] + ".")
             raise ConfigError(exc.path if absolute else f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
                               f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,

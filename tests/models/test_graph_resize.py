@@ -14,7 +14,8 @@ from modelforge import ConfigError, build_model
 # a composite whose reshape and constant follow its input's size: [B, H, W] -> rows of H
 ROWS = {"params": {"h": "input_shape[0]"},
         "nodes": {"lin": {"block": "nn.Linear", "args": {"out_features": "in_features"}},
-                  "ramp": {"block": "constant", "inputs": [], "args": {"shape": ["h", 1], "value": "lambda i, j: i / 2"}},
+                  "ramp": {"block": "constant", "inputs": [],
+                           "args": {"shape": ["h", 1], "value": "lambda i, j: i / 2"}},
                   "plus": {"block": "add", "args": {"broadcast": True}, "inputs": ["lin", "ramp"]},
                   "flat": {"block": "reshape", "args": {"shape": ["h * input_shape[1]"]}}}}
 
