@@ -85,6 +85,8 @@ def _share(built: nn.Module, variant: nn.Module, refuse: Callable[[str], ConfigE
         theirs = built._modules.get(name)
         path = f"{where}.{name}" if where else name
         if theirs is None or type(theirs) is not type(mine):
+            if next(mine.parameters(), None) is not None:  # weights the built model has not got: untrained
+                raise refuse(f"node {path!r} has weights only at this size")
             mine.to(device=_device(built))
             continue
         own = dict(mine.named_parameters(recurse=False))

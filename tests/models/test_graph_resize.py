@@ -104,3 +104,14 @@ def test_swin_t_narrow_runs_at_other_sizes_as_torchvisions(record_property: Call
 def test_swin_t_built_at_224_runs_at_224x160_and_256x256_as_torchvisions(
         record_property: Callable[[str, Any], None]) -> None:
     check_sizes(224, 96, [(224, 160), (256, 256)], record_property)
+
+
+def test_weights_that_only_another_size_has_are_refused() -> None:
+    """A node left out at the built size (`when`) but made at another would run with untrained weights."""
+    wide = {"nodes": {"extra": {"block": "nn.Linear", "args": {"out_features": "in_features"},
+                                "when": "input_shape[0] > 6"}}}
+    model = build_model({"name": "graph", "in_channels": 6, "input_size": [1, 5], "blocks": {"wide": wide},
+                         "nodes": {"sq": {"block": "reshape", "args": {"shape": [6, 5]}}, "w": {"block": "wide"}}})
+    assert model.nodes.w(torch.randn(2, 4, 5)).shape == (2, 4, 5)
+    with pytest.raises(ConfigError, match=r"it cannot run at \[7, 5\]: node 'extra' has weights only at this size"):
+        model.nodes.w(torch.randn(2, 7, 5))
