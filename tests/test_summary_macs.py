@@ -262,3 +262,24 @@ def test_flop_counter_still_fails_on_a_no_grad_view_of_a_parameter() -> None:
     with pytest.raises(AssertionError, match="Expected gradient function to be set"), torch.no_grad(), \
             FlopCounterMode(display=False):
         model.viewed()
+
+
+def test_work_without_a_batch_dimension_is_counted_once_not_divided_by_the_batch() -> None:
+    """Issue 49: an MLP on a constant (Swin-V2's position-bias MLP) runs once per call whatever the batch: its MACs
+    per sample are one call's, in the summary (a batch of 2) as in count_macs (one sample), by hooks and by
+    FlopCounterMode."""
+    model = build_model({"name": "graph", "nodes": {
+        "flat": {"block": "flatten", "inputs": ["input"]},                                   # [B, 784]
+        "fc": {"block": "nn.Linear", "args": {"out_features": 16}},                          # 784 * 16 per sample
+        "grid": {"block": "constant", "inputs": [], "args": {"shape": [50, 8], "value": 1.0}},
+        "mlp": {"block": "nn.Linear", "args": {"out_features": 16}},                         # 50 * 8 * 16 per call
+        "bias": {"block": "mean", "args": {"dim": 0}},                                       # [16]
+        "out": {"block": "add", "args": {"broadcast": True}, "inputs": ["fc", "bias"]}}})
+    per_call, per_sample = 50 * 8 * 16, 784 * 16
+    assert model.nodes.mlp.batch_free and not getattr(model.nodes.fc, "batch_free", False)
+    for batch in (1, 2, 5):
+        total, layers = count_macs(model, model.input_shape, batch_size=batch)
+        assert (total, layers["nodes.mlp"], layers["nodes.fc"]) == (per_sample + per_call, per_call, per_sample)
+    rows = {row.name: row.macs for row in summarize(model, model.input_shape)}
+    assert rows["(model)"] == rows["nodes"] == per_sample + per_call and rows["nodes.mlp"] == per_call
+    assert _flop_counter_macs(model, model.input_shape, batch_size=3)[""] == per_sample + per_call

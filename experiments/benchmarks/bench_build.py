@@ -9,7 +9,7 @@ Five models, each built three ways in one process, interleaved by ``run.py --onl
   in the process (its composition reused, modelforge/models/compose_memo.py), and as a first call, with the
   kept compositions cleared first (Hydra's compose, then the build: what a new process pays).
 
-The models: resnet50, vit_b_16, convnext_tiny and mobilenet_v3_small from conf/model/, and densenet121, a deep
+The models: resnet50, vit_b_16, convnext_tiny, mobilenet_v3_small and swin_t from conf/model/, and densenet121, a deep
 concatenation graph written in YAML for this benchmark (configs/model/densenet121.yaml: 58 dense layers, each
 reading every earlier output of its block). Before any timing each built model is checked against
 torchvision's: the same parameter count, and at 224x224 the same outputs once torchvision's weights are
@@ -34,7 +34,7 @@ from torch import nn
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = Path(__file__).resolve().parent / "configs"  # densenet121.yaml and its blocks
-MODELS = ("resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "densenet121")
+MODELS = ("resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "swin_t", "densenet121")
 SIDES = (224, 512)
 TORCHVISION, BUILD = "torchvision's constructor", "build_model (composed config)"
 CREATE, FIRST = "create_model (again)", "create_model (first call: Hydra composes)"
@@ -85,12 +85,26 @@ def check(name: str, side: int, cfg: dict[str, Any], outputs: bool = True) -> di
     assert len(set(counts.values())) == 1, f"{name} at {side}: parameter counts differ: {counts}"
     if side == 224 and outputs:
         x = torch.randn(2, 3, *((224, 224) if name == "vit_b_16" else (64, 64)))
-        copy_torchvision_weights(reference, built, x)
+        if name == "swin_t":  # its relative position index is a constant here: loaded as a user loads the file
+            _load_through_init_from(reference, built)
+        else:
+            copy_torchvision_weights(reference, built, x)
         built.eval(), reference.eval()
         with torch.no_grad():
             assert torch.allclose(built(x), reference(x), atol=1e-5), f"{name} differs from torchvision's"
     leaves = sum(1 for m in built.modules() if next(m.children(), None) is None)
     return {"params": counts["built"], "leaf_modules": leaves}
+
+
+def _load_through_init_from(reference: nn.Module, built: nn.Module) -> None:
+    """torchvision's state_dict saved and loaded with ``init.from`` (paired by structure, constants checked)."""
+    import tempfile
+
+    from modelforge.train.transfer import load_init_weights
+
+    with tempfile.TemporaryDirectory() as folder:
+        torch.save(reference.state_dict(), Path(folder) / "weights.pth")
+        load_init_weights(built, Path(folder) / "weights.pth", strict=True)
 
 
 def _timed(make: Callable[[], Any], prepare: Callable[[], Any] = lambda: None, calls: int = 1) -> dict[str, float]:

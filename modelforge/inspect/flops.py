@@ -6,8 +6,9 @@ multiply-accumulate is two FLOPs there, so MACs = FLOPs / 2. What it does not
 count is counted as 0 MACs here too: bias additions, normalization,
 activations, pooling, element-wise merges (``add``/``concat``), dropout; for a
 CNN they are well under 1% of the total. Figures are per sample: one forward
-of ``batch_size`` zeros, divided by ``batch_size``. Importing this module loads
-neither Lightning nor Hydra.
+of ``batch_size`` zeros, divided by ``batch_size``, except the work of graph nodes whose inputs have no batch
+dimension (``batch_free``: Swin-V2's position-bias MLP on a ``constant``), done once per call whatever the batch
+and counted whole: the figure is a one-sample forward's. Importing this module loads neither Lightning nor Hydra.
 
 Two layers are counted by formula because ``FlopCounterMode`` sees their fused CPU
 kernels as 0: ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (the gates' matrix products at every step)
@@ -42,7 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelforge.layers.macs import MACS_FROM_CHILDREN, OWN_MACS
+from modelforge.layers.macs import BATCH_FREE, MACS_FROM_CHILDREN, OWN_MACS
 
 FLOPS_PER_MAC = 2
 
@@ -114,7 +115,6 @@ def forward_macs(model: nn.Module, run: Callable[[], Any], batch_size: int) -> d
     """Per-sample MACs of every submodule (``named_modules()`` names; ``""`` is the model) during ``run()``,
     a forward of ``batch_size`` samples. A parent's figure includes its children's."""
     modules = dict(model.named_modules())
-    per_sample = FLOPS_PER_MAC * batch_size
     if all(_countable(m) for m in modules.values()):
         own: dict[str, int] = dict.fromkeys(modules, 0)
         called: set[str] = set()  # as FlopCounterMode: a container never called (ModuleDict) counts 0
@@ -132,7 +132,7 @@ def forward_macs(model: nn.Module, run: Callable[[], Any], batch_size: int) -> d
                 handle.remove()
         flops = {name: sum(v for n, v in own.items() if n == name or not name or n.startswith(name + "."))
                  if name in called else 0 for name in modules}
-        return {name: value // per_sample for name, value in flops.items()}
+        return _per_sample(modules, flops, batch_size)
     from torch.utils.flop_counter import (
         FlopCounterMode,  # imports torch._dynamo on first use: see above
     )
@@ -162,9 +162,23 @@ def macs_by_module(model: nn.Module, flop_counts: Mapping[str, Mapping[Any, int]
     samples; it names modules ``<ModelClass>.<dotted name>``. A parent's figure includes its children's.
     """
     root = type(model).__name__
-    flops = {key: sum(ops.values()) for key, ops in flop_counts.items()}
-    per_sample = FLOPS_PER_MAC * batch_size
-    return {name: flops.get(f"{root}.{name}" if name else root, 0) // per_sample for name, _ in model.named_modules()}
+    counts = {key: sum(ops.values()) for key, ops in flop_counts.items()}
+    modules = dict(model.named_modules())
+    flops = {name: counts.get(f"{root}.{name}" if name else root, 0) for name in modules}
+    return _per_sample(modules, flops, batch_size)
+
+
+def _per_sample(modules: Mapping[str, nn.Module], flops: Mapping[str, int], batch_size: int) -> dict[str, int]:
+    """MACs per sample from each module's FLOPs in a forward of ``batch_size`` (a parent's including its children's):
+    divided by the batch size, but for the work of batch-free modules (``BATCH_FREE``), counted once."""
+    free = [n for n, m in modules.items() if getattr(m, BATCH_FREE, False)]
+    free = [n for n in free if not any(n.startswith(f + ".") for f in free)]  # the outermost
+    result = {}
+    for name in modules:
+        inside = [f for f in free if f == name or (name and name.startswith(f + "."))]
+        once = flops[name] if inside else sum(flops[f] for f in free if not name or f.startswith(name + "."))
+        result[name] = (flops[name] - once) // (FLOPS_PER_MAC * batch_size) + once // FLOPS_PER_MAC
+    return result
 
 
 def count_macs(model: nn.Module, input_shape: tuple[int, ...] | list[int], batch_size: int = 1) -> tuple[int, dict[str, int]]:

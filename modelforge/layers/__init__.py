@@ -9,6 +9,7 @@ from modelforge.layers.blocks import Concat, ConvBlock, LinearBlock, Pool
 from modelforge.layers.constants import Constant, Take
 from modelforge.layers.initializers import initialize, make_init_fn, make_initializer
 from modelforge.layers.learned import LearnedTensor
+from modelforge.layers.math_ops import Clamp, Exp, Log, Normalize, Sqrt
 from modelforge.layers.stochastic_depth import StochasticDepth
 from modelforge.layers.tensor_ops import (
     Chunk,
@@ -29,19 +30,23 @@ from modelforge.layers.window_ops import PadToMultiple, Roll, Slice
 __all__ = [
     "Add",
     "Chunk",
+    "Clamp",
     "ClassToken",
     "Compare",
     "Concat",
     "Constant",
     "ConvBlock",
     "Div",
+    "Exp",
     "LearnedTensor",
     "LinearBlock",
+    "Log",
     "MaskedFill",
     "MatMul",
     "Mean",
     "Mul",
     "Neg",
+    "Normalize",
     "PadToMultiple",
     "Permute",
     "Pool",
@@ -52,6 +57,7 @@ __all__ = [
     "Slice",
     "Softmax",
     "Split",
+    "Sqrt",
     "StochasticDepth",
     "Sub",
     "Sum",

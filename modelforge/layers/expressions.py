@@ -5,11 +5,13 @@ scope (``out_channels * expansion``, ``out_channels // 2``, ``2 if index == 0
 else 1``). The grammar is deliberately tiny: integer and float literals,
 ``true``/``false``/``null``, parameter names, ``+ - * / // %`` (``/`` gives a float:
 a probability ``drop_path * index / 11``, never a width), unary minus,
-comparisons, ``and``/``or``/``not``, ``x if c else y``, the calls ``min``
-and ``max`` (of numbers, or of a list parameter's: ``min(input_size)``, the
-shorter side of the image) and one entry of a list parameter (``input_size[0]``, the
-height; ``input_shape[-1]``, the last size). Anything else (attributes, other calls,
-slices, ``**``) is an error naming the expression, so a config can never run code.
+``**`` (a power: ``(2 * window - 1) ** 2``, ``dim ** -0.5``), comparisons, ``and``/``or``/``not``,
+``x if c else y``, the calls ``min`` and ``max`` (of numbers, or of a list parameter's:
+``min(input_size)``, the shorter side of the image), ``sqrt``, ``exp``, ``log`` (natural), ``abs``,
+``floor``, ``ceil`` and ``round`` (a whole number; with a second argument, the multiple of that divisor:
+``round(w, 8)``, RegNet's and MNASNet's width rules) and one entry of a list parameter (``input_size[0]``,
+the height; ``input_shape[-1]``, the last size). Anything else (attributes, other calls, slices) is an
+error naming the expression, so a config can never run code.
 
 ``lambda i, j: <expression>`` is a formula per element, not a number: it becomes an
 :class:`ElementFormula` that a ``constant`` block evaluates over its shape, its
@@ -25,8 +27,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,13 +39,24 @@ from torch import Tensor
 from modelforge.errors import ConfigError, closest_names
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge}
 _CALLS = {"min": min, "max": max}
+# one number in, one out; on a formula's index tensors, torch's of the same name
+_MATH: dict[str, Callable[[Any], Any]] = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "abs": abs}
+_TENSOR_MATH: dict[str, Callable[[Tensor], Tensor]] = {"sqrt": torch.sqrt, "exp": torch.exp, "log": torch.log,
+                                                       "abs": torch.abs}
+# a whole number (Python's round: halves to even, as torch.round); with a divisor, that multiple of it
+_ROUNDING: dict[str, Callable[[Any], int]] = {"floor": math.floor, "ceil": math.ceil, "round": round}
+_TENSOR_ROUNDING: dict[str, Callable[[Tensor], Tensor]] = {"floor": torch.floor, "ceil": torch.ceil,
+                                                           "round": torch.round}
+_FUNCTIONS = frozenset({*_CALLS, *_MATH, *_ROUNDING})
+MAX_POWER_BITS = 1024  # an integer power's size at most: '10 ** 10 ** 10' must not hang the config check
 _CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
-ALLOWED = ("integer literals, parameter names, + - * / // %, comparisons, and/or/not, "
-           "'a if cond else b', min(...), max(...), a list parameter's entry (input_size[0])")
+ALLOWED = ("integer literals, parameter names, + - * / // % **, comparisons, and/or/not, "
+           "'a if cond else b', min(...), max(...), sqrt, exp, log, abs, floor/ceil/round(x) or (x, divisor), "
+           "a list parameter's entry (input_size[0])")
 _TENSOR_COMPARE = {ast.Eq: torch.eq, ast.NotEq: torch.ne, ast.Lt: torch.lt, ast.LtE: torch.le,
                    ast.Gt: torch.gt, ast.GtE: torch.ge}
 
@@ -110,7 +124,7 @@ def resolve_string(text: str, names: Mapping[str, Any], path: str) -> Any:
                               allowed=sorted(names), hint=f"to pass the word {text!r} itself, quote it: \"'{text}'\"")
         return text
     numbers, words = _numbers_and_names(tree)
-    if not numbers and not any(word in names or word in _CALLS for word in words):
+    if not numbers and not any(word in names or word in _FUNCTIONS for word in words):
         return text  # words and punctuation without a parameter or a number: "leaky-relu", "nn.GELU"
     return _evaluated(tree, text, words, names, path)
 
@@ -209,6 +223,8 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
             zero = (right == 0).any() if isinstance(right, Tensor) else right == 0
             if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and bool(zero):
                 raise fail("division by zero")
+            if isinstance(node.op, ast.Pow):
+                return power(left, right)
             return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -number(node.operand)
@@ -244,6 +260,9 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
             return entry(node)
         if isinstance(node, ast.Lambda):
             return formula(node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords and (
+                node.func.id in _MATH or node.func.id in _ROUNDING):
+            return function(node)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
                 and node.args and not node.keywords):
             values: list[Any] = []
@@ -260,6 +279,49 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
                 raise fail(f"{node.func.id} takes numbers or a list of numbers, got {values!r}")
             return _CALLS[node.func.id](*values)
         raise fail(f"{ast.unparse(node)!r} is not allowed", allowed=ALLOWED)
+
+    def power(base: Any, exponent: Any) -> Any:
+        if isinstance(base, Tensor) or isinstance(exponent, Tensor):
+            return torch.as_tensor(base) ** exponent
+        if isinstance(base, int) and isinstance(exponent, int) and abs(base) > 1 and \
+                exponent * math.log2(abs(base)) > MAX_POWER_BITS:
+            raise fail(f"{base} ** {exponent} is too large", allowed=f"whole numbers up to 2 ** {MAX_POWER_BITS}")
+        if base == 0 and exponent < 0:
+            raise fail("division by zero (0 to a negative power)")
+        try:
+            value = base ** exponent
+        except OverflowError:
+            raise fail("the result is too large") from None
+        if isinstance(value, complex):
+            raise fail(f"({base!r}) ** {exponent!r} is not a real number")
+        return value
+
+    def function(node: ast.Call) -> Any:
+        """``sqrt(x)``, ``exp``, ``log``, ``abs``; ``floor(x)``, ``ceil``, ``round`` or with a divisor ``(x, d)``."""
+        name = node.func.id  # type: ignore[attr-defined]
+        rounding = name in _ROUNDING
+        if len(node.args) != 1 and not (rounding and len(node.args) == 2):
+            raise fail(f"{name} takes {'one number, or a number and a divisor' if rounding else 'one number'}, "
+                       f"got {len(node.args)} arguments")
+        value = number(node.args[0])
+        divisor = number(node.args[1]) if len(node.args) == 2 else 1
+        if isinstance(divisor, Tensor) or divisor <= 0:
+            raise fail(f"{name}'s divisor is {ast.unparse(node.args[1])!r} = {divisor!r}", allowed="a number > 0")
+        if isinstance(value, Tensor):
+            if rounding:
+                whole = _TENSOR_ROUNDING[name]
+                return whole(value / divisor) * divisor if divisor != 1 else whole(value)
+            return _TENSOR_MATH[name](value if value.is_floating_point() else value.to(torch.get_default_dtype()))
+        if rounding:
+            whole = _ROUNDING[name](value / divisor if divisor != 1 else value) * divisor
+            return int(whole) if isinstance(whole, float) and whole.is_integer() else whole
+        try:
+            return _MATH[name](value)
+        except ValueError:
+            raise fail(f"{name}({value!r}) is not a real number", allowed=f"{name} of a number > 0"
+                       if name == "log" else f"{name} of a number >= 0") from None
+        except OverflowError:
+            raise fail(f"{name}({value!r}) is too large") from None
 
     def entry(node: ast.Subscript) -> Any:
         """``input_size[0]``: one entry of a list (a negative index counts from the end)."""
@@ -281,7 +343,7 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
         if spec.posonlyargs or spec.vararg or spec.kwonlyargs or spec.kwarg or spec.defaults or not spec.args:
             raise fail("a formula names its indices and nothing else", allowed="lambda i, j: <expression>")
         args = tuple(a.arg for a in spec.args)
-        known = {*names, *args, *_CONSTANTS, *_CALLS}
+        known = {*names, *args, *_CONSTANTS, *_FUNCTIONS}
         for n in ast.walk(node.body):
             if isinstance(n, ast.Name) and n.id not in known:
                 raise fail(f"unknown name {n.id!r}", allowed=[*args, *sorted(names)],

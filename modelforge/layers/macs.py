@@ -12,6 +12,9 @@ MACS_FROM_CHILDREN = "_macs_from_children"  # the class attribute the counter re
 # A block that multiplies matrices itself defines ``own_macs(self, inputs, output) -> int``, its MACs of one
 # call (all samples): the counter then counts it by that formula, without ``FlopCounterMode``.
 OWN_MACS = "own_macs"
+# A graph node whose inputs have no batch dimension (a position-bias MLP on a ``constant``) carries this attribute
+# (True): its work is the same whatever the batch, so its MACs per sample are those of one call.
+BATCH_FREE = "batch_free"
 T = TypeVar("T", bound=type)
 
 

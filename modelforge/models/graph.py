@@ -42,6 +42,7 @@ from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.models.graph_bounds import MAX_NODES, MAX_REPEAT, Bounds, check_size
 from modelforge.models.graph_build import Graph, GraphBuilder, source_label
+from modelforge.models.feature_info import feature_info
 from modelforge.models.graph_dry_run import DryRun, empty_batch
 from modelforge.models.graph_spec import Composite, NodeTable, parse_blocks, parse_table
 from modelforge.models.param_cap import MAX_PARAMS, ParamBudget, check_param_count
@@ -194,20 +195,8 @@ def build_graph(
     model = GraphModel(graph, input_shape, tuple(output_value.shape[1:]) if single else None,
                        source_label(graph.output[0]) if single else None,
                        features=[str(ref) for ref in table.output] if features else (),
-                       feature_info=_feature_info(table, output_value, input_size) if features else ())
+                       feature_info=feature_info(graph, table.output, output_value, input_shape) if features else ())
     return model
-
-
-def _feature_info(table: NodeTable, outputs: Sequence[Any], input_size: Sequence[int]) -> list[dict[str, Any]]:
-    """Each feature map's node, channels and reduction (how many input pixels per map pixel), as timm's
-    ``feature_info``; a map that is not [B, C, H, W] has no reduction (None)."""
-    info = []
-    for ref, value in zip(table.output, outputs):
-        shape = list(value.shape[1:]) if isinstance(value, Tensor) else None
-        spatial = shape is not None and len(shape) == 3 and shape[1] > 0
-        info.append({"module": str(ref), "num_chs": shape[0] if shape else None,
-                     "reduction": input_size[0] // shape[1] if spatial else None, "shape": shape})
-    return info
 
 
 GraphConfig = schema_from_signature(build_graph, "graph", check=check_graph, exclude=("path",))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor, nn
@@ -25,6 +26,7 @@ from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
 from modelforge.models.graph_bounds import Bounds, repeat_count
 from modelforge.models.graph_dry_run import DryRun
+from modelforge.models.graph_resize import SizedFor, reads_input_shape
 from modelforge.models.graph_spec import (
     INPUT,
     REQUIRED,
@@ -69,7 +71,8 @@ class Graph(nn.ModuleDict):
         # a model holds a Graph per composite instance)
         vars(self).update(wiring=wiring, output=output, several_outputs=several_outputs, block=block,
                           n_inputs=n_inputs,
-                          call_kwargs=call_kwargs or {})  # node -> keyword arguments of its forward (`kwargs`)
+                          call_kwargs=call_kwargs or {},  # node -> keyword arguments of its forward (`kwargs`)
+                          sized=None)  # a composite built for its input's size: graph_resize.SizedFor
 
     @property
     def composite_name(self) -> str | None:
@@ -77,6 +80,8 @@ class Graph(nn.ModuleDict):
         return None if self.block == "graph" else self.block
 
     def forward(self, *inputs: Any) -> Any:
+        if self.sized is not None and not self.sized.fits(inputs):  # another size: the same weights, rebuilt there
+            return self.sized.at_size(self, inputs)(*inputs)
         values: dict[str, Any] = {INPUT: inputs}
         for name, node in self.items():
             values[name] = node(*[_pick(values, source) for source in self.wiring[name]],
@@ -84,6 +89,11 @@ class Graph(nn.ModuleDict):
         if self.several_outputs:
             return tuple(_pick(values, source) for source in self.output)
         return _pick(values, self.output[0])
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        if self.sized is not None:  # moved or cast: the graphs rebuilt for other sizes are made again when needed
+            self.sized.variants.clear()
+        return super()._apply(fn, recurse)
 
     def extra_repr(self) -> str:
         def label(source: Source) -> str:
@@ -223,6 +233,8 @@ class GraphBuilder:
             module, values[name] = self._node(name, node, labels, [_pick(values, s) for s in sources],
                                               names, top, name in keep_all, node_path, in_batch, kwargs)
             has_batch[name] = (any(in_batch), module)
+            if not any(in_batch):  # a constant, a parameter, or work on them only: done once per call, whatever the
+                module.batch_free = True  # batch (the MAC counter does not divide it by the batch size)
             modules[name] = module
             wiring[name] = sources
             if kwargs:
@@ -351,8 +363,9 @@ class GraphBuilder:
         self.dry_run.check_size(factory, kwargs, path)  # before the block is allocated
         try:
             block = self.dry_run.make(factory, kwargs)
-        except ConfigError as exc:  # a block of ours refusing one of its arguments
-            raise ConfigError(f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
+        except ConfigError as exc:  # a block of ours refusing an argument (a formula's error has its full path)
+            absolute = exc.path.startswith(path.split(".", 1)[0] + ".")
+            raise ConfigError(exc.path if absolute else f"{path}.args.{exc.path}" if exc.path else f"{path}.args",
                               f"node {name!r} ({block_name}): {exc.problem}", allowed=exc.allowed,
                               suggestions=exc.suggestions, hint=exc.hint) from None
         except (ModelforgeError, TypeError, ValueError, RuntimeError, AssertionError) as exc:  # torch.nn's own checks
@@ -398,7 +411,28 @@ class GraphBuilder:
             else:
                 scope[key] = resolve_args(default, scope, f"{composite.path}.params.{key}")
         try:
-            return self.build(composite.table, tuple(inputs), scope, block=composite.name, batched=tuple(batched))
+            graph, out = self.build(composite.table, tuple(inputs), scope, block=composite.name, batched=tuple(batched))
         except ConfigError as exc:
             raise ConfigError(exc.path, f"{exc.problem} [in {use_path}]", allowed=exc.allowed,
                               suggestions=exc.suggestions, hint=exc.hint) from None
+        if reads_input_shape(composite):
+            rebuild = _Rebuild(self.composites, composite, args, node_path, use_path, tuple(batched))
+            vars(graph)["sized"] = SizedFor(inputs, batched, rebuild, use_path)
+        return graph, out
+
+
+@dataclass(frozen=True)
+class _Rebuild:
+    """One composite instance built again for inputs of other sizes (a plain object: a model pickles whole)."""
+
+    composites: Mapping[str, Composite]
+    composite: Composite
+    args: dict[str, Any]
+    node_path: str
+    use_path: str
+    batched: tuple[bool, ...]
+
+    def __call__(self, inputs: list[Any]) -> Graph:
+        builder = GraphBuilder(self.composites)
+        return builder._composite(self.composite, dict(self.args), inputs, self.node_path, self.use_path,
+                                  list(self.batched))[0]

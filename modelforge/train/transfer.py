@@ -66,6 +66,7 @@ class InitReport:
     reshaped: tuple[str, ...] = ()  # in both with other shapes: "name [file] vs [model]", left as initialized
     paired: bool = False  # by structure (the file's names are not the model's), not by name
     new_head: bool = False  # what ``reshaped`` holds is the model's head, of other outputs than the file's
+    constants: tuple[str, ...] = ()  # the file's integer buffers equal to constants of the model: checked, skipped
     notes: tuple[str, ...] = ()  # said after the counts (the preprocessing torchvision's weights were trained with)
 
     def problems(self) -> list[str]:
@@ -86,12 +87,17 @@ class InitReport:
                             ("in the file but not in this model, ignored", self.unexpected)):
             if names:
                 lines.append(f"init.from: {len(names)} {what}: {_first(names)}")
+        if self.constants:
+            lines.append(f"init.from: {len(self.constants)} integer buffers of the file equal the model's constants "
+                         f"(made from its config, not saved), checked and skipped: {_first(self.constants)}")
         return lines + [f"init.from: {note}" for note in self.notes]
 
     def record(self) -> dict[str, Any]:
         """For metrics.json: counts, and the first names of each kind left out."""
         return {"from": str(self.source), "weights": self.averaging or "trained", "loaded": len(self.loaded),
                 **({"source": self.chosen, "paired": "structure"} if self.paired else {}),
+                **({"constants": {"count": len(self.constants), "first": list(self.constants[:SHOWN])}}
+                   if self.constants else {}),
                 **{kind: {"count": len(names), "first": list(names[:SHOWN])}
                    for kind, names in (("missing", self.missing), ("unexpected", self.unexpected),
                                        ("reshaped", self.reshaped))}}
@@ -198,6 +204,7 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
     weights, averaging = read_weights(source, key)
     wanted = model.state_dict()
     weights = rename(_strip_wrapper_prefix(weights, wanted), mapping or {}, source)
+    weights, constants = _without_constants(weights, model, wanted)
     pairing = None
     if hub is not None or (not mapping and not any(k in wanted for k in weights)):
         pairing = _paired(weights, wanted, source, key, by_name_failed=hub is None)
@@ -206,7 +213,8 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
     report = InitReport(
         source, chosen, averaging, len(wanted), loaded=tuple(k for k in wanted if fits.get(k)),
         missing=tuple(k for k in wanted if k not in weights),
-        unexpected=tuple(k for k in weights if k not in wanted),
+        unexpected=(*(k for k in weights if k not in wanted), *(pairing.unused if pairing else ())),
+        constants=constants,
         reshaped=tuple(f"{k} {list(weights[k].shape)} vs {list(wanted[k].shape)}" for k in wanted
                        if fits.get(k) is False),
         paired=pairing is not None, new_head=bool(pairing and pairing.head),
@@ -222,6 +230,22 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
                                 "(`python -m modelforge summary` lists them)")
     model.load_state_dict({k: weights[k] for k in report.loaded}, strict=False)
     return report
+
+
+def _without_constants(weights: dict[str, torch.Tensor], model: nn.Module,
+                       wanted: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tuple[str, ...]]:
+    """The file's tensors without its integer buffers that equal a constant of the model, and their names.
+
+    A graph keeps fixed tensors (Swin's relative position index) as ``constant`` nodes, made again from the config
+    and not saved; torchvision saves them as buffers. Such a buffer is checked against the model's constants (the
+    same values, flattened) and skipped; one that equals none stays, and is refused where it pairs with nothing.
+    """
+    constants = [b for n, b in model.named_buffers() if n not in wanted and not b.is_floating_point()]
+    if not constants:
+        return weights, ()
+    skipped = tuple(n for n, t in weights.items() if n not in wanted and not t.is_floating_point() and any(
+        c.dtype == t.dtype and c.numel() == t.numel() and torch.equal(c.flatten(), t.flatten()) for c in constants))
+    return {n: t for n, t in weights.items() if n not in skipped}, skipped
 
 
 def _paired(weights: dict[str, torch.Tensor], wanted: Mapping[str, torch.Tensor], source: Path, key: str,

@@ -11,7 +11,10 @@ variance, its step counter, a bias, any other weight) keeps a norm's four same-s
 Checked: every tensor finds its partner, and the pairs respect modules (all tensors of one module of the file go
 to one module of the model, and no two modules of the file share one). The one exception is the head: the last
 tensors of both, of the same kind and input width but another number of outputs (a 10-class head on 1000-class
-weights), or the model's last tensors where the file has none left over, are left unpaired, to be trained. Anything else is one error naming the first tensor on each side.
+weights), or the model's last tensors where the file has none left over, are left unpaired, to be trained. The
+file's last tensors where the model has none left over (a full model's file loaded into a model without its head,
+or one that ends at a feature map) are not loaded, and named (``unused``). Anything else is one error naming the
+first tensor on each side.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Pairing:
     pairs: dict[str, str]
     head: tuple[tuple[str, str], ...] = ()  # (model name, file name) of a head with other outputs: left at init
     counters_missing: tuple[str, ...] = ()  # the model's BatchNorm step counters, which the file does not hold
+    unused: tuple[str, ...] = ()  # the file's last tensors, past the model's end (a head, later stages): not loaded
 
 
 def shapes_of(state: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -92,11 +96,14 @@ def pair_by_structure(file: Shapes, model: Shapes, source: str = "the file") -> 
     taken = set(pairs.values())
     left_model = [n for n in wanted if n not in pairs]
     left_file = [n for n in file if n not in taken]
+    unused: tuple[str, ...] = ()
+    if left_file and not left_model and left_file == list(file)[len(file) - len(left_file):]:
+        unused, left_file = tuple(left_file), []  # the model ends earlier than the file's network
     head = _head(left_model, left_file, wanted, list(file), model, file)
     if head is None:
         raise PairingError(source, _unpaired(left_model, left_file, model, file), HINT)
     _check_modules(pairs, model, file, source)
-    return Pairing(pairs, head, skipped)
+    return Pairing(pairs, head, skipped, unused)
 
 
 def _head(left_model: list[str], left_file: list[str], model_order: list[str], file_order: list[str],

@@ -71,7 +71,7 @@ def test_a_learned_tensor_is_a_parameter_filled_by_its_init() -> None:
     assert gamma().shape == (4, 1, 1) and torch.all(gamma() == 1e-6) and gamma().requires_grad
     assert torch.all(LearnedTensor([3]).weight == 0)  # zeros unless told
     torch.manual_seed(0)
-    assert LearnedTensor([100], init={"name": "trunc_normal", "std": 0.02})().abs().max() <= 0.04
+    assert LearnedTensor([100], init={"name": "trunc_normal", "std": 0.02, "a": -0.04, "b": 0.04})().abs().max() <= 0.04
 
 
 def test_learned_tensors_fill_again_after_a_build_on_the_meta_device() -> None:

@@ -107,3 +107,15 @@ def test_a_composite_in_the_model_file_itself_is_found_there(tmp_path: Path) -> 
         f"[in model.nodes.body] (defined at {model}:6)",
         "  hint: out_channels takes a whole number: a word that names no parameter stays a word "
         "(is a parameter's name misspelt?)"]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("lambda i: i", "model.nodes.c.args.value: node 'c' (constant): formula 'lambda i: ...' takes 1 indices"),
+    ("lambda i, j: i // 0", "model.nodes.c.args.value: node 'c' (constant): expression 'i // 0': division by zero"),
+])
+def test_a_formulas_error_names_its_path_once(value: str, message: str) -> None:
+    """Issue 49: a formula carries the path it was written at; the node's error does not prefix it again."""
+    with pytest.raises(ConfigError) as caught:
+        build_model({"name": "graph", "nodes": {"c": {"block": "constant", "inputs": [],
+                                                      "args": {"shape": [2, 3], "value": value}}}})
+    assert str(caught.value).startswith(message)

@@ -131,3 +131,15 @@ def test_list_fits_100_columns(run_main) -> None:
     at = blocks.index("  inverted_residual(out_channels, expand_ratio=1, expanded=in_channels * expand_ratio,")
     assert blocks[at + 1].startswith("    kernel_size=3")  # the name's parameters wrap under it
     assert blocks[at + 3].startswith(" " * 28 + "1x1 expansion")  # then its description, in the text column
+
+
+def test_modules_are_in_the_order_the_nodes_run() -> None:
+    """Documented (issue 49): the YAML's order, except that a node read by one above it runs, and is listed, first;
+    the state_dict follows."""
+    model = build_model({"name": "graph", "output": "c", "nodes": {
+        "x": {"block": "flatten", "inputs": ["input"]},
+        "c": {"block": "nn.Linear", "args": {"out_features": 3}, "inputs": ["b"]},
+        "y": {"block": "nn.Linear", "args": {"out_features": 5}, "inputs": ["x"]},
+        "b": {"block": "nn.ReLU", "inputs": ["y"]}}})
+    assert list(model.nodes) == ["x", "y", "b", "c"]
+    assert list(model.state_dict()) == ["nodes.y.weight", "nodes.y.bias", "nodes.c.weight", "nodes.c.bias"]

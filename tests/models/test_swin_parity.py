@@ -190,3 +190,33 @@ def test_swin_t_equals_torchvisions(record_property: Callable[[str, Any], None])
     """swin_t itself: 28,288,354 parameters at 3x224x224 and 1000 classes."""
     check_swin_t(224, 96, record_property)
     assert sum(p.numel() for p in swin_t_pair(224, 96)[1].parameters()) == 28_288_354
+
+
+def test_swin_t_initialises_as_torchvisions() -> None:
+    """Issue 49: the linear weights and the position bias tables are N(0, 0.02) cut at +-2 absolute (std 0.020, a
+    max near 5.6 std over 28M draws), the linear biases zero, the norms torch's: in distribution torchvision's."""
+    from modelforge import create_model
+
+    torch.manual_seed(0)
+    reference = import_torchvision_models().swin_t()
+    ours = create_model("swin_t", ["in_channels=3", "n_classes=1000"], seed=0)
+
+    def pooled(model: nn.Module, kind: str) -> torch.Tensor:
+        if kind == "table":
+            return torch.cat([p.flatten() for n, p in model.named_parameters() if "table" in n])
+        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        return torch.cat([getattr(m, kind).flatten() for m in linears if getattr(m, kind) is not None])
+
+    for kind in ("weight", "table"):
+        theirs, mine = pooled(reference, kind).detach(), pooled(ours, kind).detach()
+        assert theirs.numel() == mine.numel()
+        error = 5 * 0.02 / mine.numel() ** 0.5  # five standard errors of a mean of so many draws
+        assert abs(mine.std().item() - 0.02) < error and abs(theirs.std().item() - 0.02) < error, kind
+        assert abs(mine.mean().item()) < error and abs(theirs.mean().item()) < error, kind
+        if kind == "weight":  # the tails of 28M draws: past 4.5 std, as torchvision's reach (a 2-std cut stops at 0.04)
+            assert mine.abs().max().item() > 0.09 and theirs.abs().max().item() > 0.09
+            mine_sorted, theirs_sorted = mine.sort().values, theirs.sort().values
+            for q in (0.001, 0.01, 0.5, 0.99, 0.999):  # quantiles of the sorted draws (quantile() takes 16M at most)
+                at = int(q * (mine.numel() - 1))
+                assert abs(mine_sorted[at].item() - theirs_sorted[at].item()) < 5e-4, q
+    assert torch.count_nonzero(pooled(ours, "bias")) == torch.count_nonzero(pooled(reference, "bias")) == 0
