@@ -158,6 +158,7 @@ NOT_RUN: list[tuple[str, str]] = [
      "the set-up script: tests/test_setup_script.py runs it in a fresh clone (-m slow)"),
     (r"export MODELFORGE_DATA=", "sets the data folder: this script runs with MODELFORGE_DATA set"),
     (r"python3 -m venv ", "makes an environment: this script runs in one"),
+    (r"\. \.venv/bin/activate", "activates the set-up script's environment: this script runs in one"),
     (r"pip install (?!\./my_blocks)", "installs into the environment: this script runs in one that has it all"),
     (r"sphinx-autobuild ", "serves the site until stopped: .ci/run builds it strictly"),
     (r"python -m sphinx ", "the strict build of the site: .ci/run runs it"),
