@@ -25,21 +25,18 @@ from sphinx.util.docutils import SphinxDirective
 
 def summary_of(text: str, depth: int = 2) -> str:
     """The summary table of the model file ``text``, down to ``depth`` (2: the graph's nodes, not their parts),
-    with its total parameters."""
+    with its total parameters. The text is the file: saved as it is and composed by Hydra, as
+    ``summary model=FILE.yaml`` does, with nothing added (a reader copies what the page shows)."""
     import modelforge
     from modelforge.errors import ModelforgeError
 
-    config = yaml.safe_load(text)
     try:
-        if "defaults" in config:  # it takes blocks files: composed by Hydra, as `model=FILE` does
-            with tempfile.TemporaryDirectory() as folder:
-                (Path(folder) / "model").mkdir()
-                (Path(folder) / "model" / "example.yaml").write_text(text)
-                model = modelforge.create_model("example", config_dir=folder, seed=0)
-        else:
-            model = modelforge.build_model({"name": "graph", **config}, seed=0)
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "model").mkdir()
+            (Path(folder) / "model" / "example.yaml").write_text(text)
+            model = modelforge.create_model("example", config_dir=folder, seed=0)
     except ModelforgeError as exc:
-        raise ValueError(f"the example does not build: {exc}") from None
+        raise ValueError(f"the example does not build as written: {exc}") from None
     rows = [row for row in modelforge.summarize(model, model.input_shape) if row.depth <= depth]
     table = modelforge.format_summary(model, rows, model.input_shape, expand=True)
     notes = ("Trainable", "Non-trainable", "Buffers", "Params +", "Total MACs", "Composite")
