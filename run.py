@@ -194,10 +194,7 @@ def install_project(python: Path, env: Path, extras: tuple[str, ...]) -> None:
     wanted = set(extras) | set(installed(env).get("extras", []))  # a new pyproject.toml keeps what was installed
     spec = "." + (f"[{','.join(sorted(wanted))}]" if wanted else "")
     say(f"installing modelforge from {ROOT} ({spec}, editable)")
-    # compat mode: Hydra finds the Optuna sweeper by walking the hydra_plugins folder, which the default (strict)
-    # editable mode hides
-    if pip(python, "--upgrade", "pip") != 0 or pip(python, "-e", spec, "--config-settings",
-                                                   "editable_mode=compat") != 0:
+    if pip(python, "--upgrade", "pip") != 0 or pip(python, "-e", spec) != 0:
         raise SetupError(f"pip could not install {spec}: its own message is above")
     if "dev" in wanted:
         install_torchvision_beside(python, env)

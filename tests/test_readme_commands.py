@@ -154,10 +154,10 @@ def test_trainings_are_shortened_and_say_so() -> None:
 
 
 def test_every_block_has_an_example_on_the_model_language_page() -> None:
-    """Each registered block is used in a model-example of docs/model-language.md (built, with its summary, when the
-    site is built): a new block needs its example there."""
+    """Each registered block is used in a model-example of docs/ops.md (built, with its summary, when the site is
+    built): a new block needs its example there."""
     used = set()
-    for language, _, body in readme_commands.fenced_blocks(REPO / "docs" / "model-language.md"):
+    for language, _, body in readme_commands.fenced_blocks(REPO / "docs" / "ops.md"):
         if language == "{model-example}":
             used |= set(re.findall(r"block: ([\w.]+)", "\n".join(body)))
     assert sorted(set(BLOCKS.names(plugins=False)) - used) == []
