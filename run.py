@@ -46,12 +46,13 @@ COMMANDS = {
     "train": (("train",), ["-m", "modelforge", "train"]),
     "test": (("dev",), ["-m", "pytest"]),
     "docs": (("docs",), ["-m", "sphinx_autobuild", "docs", "docs/_build/html"]),
-    # modelforge's other commands (modelforge/__main__.py's COMMANDS; tests/test_setup_script.py keeps them equal)
+    # modelforge's other commands (modelforge/__main__.py's COMMANDS; tests/test_setup_script.py keeps them equal).
+    # Each installs the training stack, summary and list too: the environment then runs every command of the pages.
     "eval": (("train",), ["-m", "modelforge", "eval"]),
-    "summary": ((), ["-m", "modelforge", "summary"]),
+    "summary": (("train",), ["-m", "modelforge", "summary"]),
     "export": (("train",), ["-m", "modelforge", "export"]),
     "predict": (("train",), ["-m", "modelforge", "predict"]),
-    "list": ((), ["-m", "modelforge", "list"]),
+    "list": (("train",), ["-m", "modelforge", "list"]),
 }
 IN_CHECKOUT = ("test", "docs")  # run in the checkout; the others where you stand (outputs/, your paths)
 STAMP = ".modelforge-setup.json"  # in the environment: what was installed from which pyproject.toml
