@@ -4,8 +4,11 @@
     python3 run.py train [OVERRIDES ...]    the main job: train the default CNN on MNIST (python -m modelforge train)
     python3 run.py test [PYTEST ARGS ...]   the test suite (python -m pytest)
     python3 run.py docs                     serve the documentation while you edit it (sphinx-autobuild)
+    python3 run.py COMMAND [ARGS ...]       any other modelforge command: eval, summary, export, predict, list
+                                            (python -m modelforge COMMAND ARGS ...)
 
-On first use it creates the virtual environment .venv, installs PyTorch for this machine (the CUDA build where
+On first use it creates the virtual environment .venv (and says how to activate it, for running
+`python -m modelforge ...` in a shell of your own), installs PyTorch for this machine (the CUDA build where
 nvidia-smi works, else the CPU build; a torch already in the environment is left alone), then the project
 (editable) with what the command needs, and runs the command in it. Later calls install again only when
 pyproject.toml changed or the command needs more (`test` needs the test extras, `docs` Sphinx).
@@ -22,6 +25,7 @@ Only the Python standard library runs here, so the script works before anything 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.util
 import json
@@ -39,10 +43,18 @@ ROOT = Path(__file__).resolve().parent
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # what each command needs besides the project itself (its extras), and what it runs in the environment
 COMMANDS = {
-    "train": ((), ["-m", "modelforge", "train"]),
+    "train": (("train",), ["-m", "modelforge", "train"]),
     "test": (("dev",), ["-m", "pytest"]),
     "docs": (("docs",), ["-m", "sphinx_autobuild", "docs", "docs/_build/html"]),
+    # modelforge's other commands (modelforge/__main__.py's COMMANDS; tests/test_setup_script.py keeps them equal).
+    # Each installs the training stack, summary and list too: the environment then runs every command of the pages.
+    "eval": (("train",), ["-m", "modelforge", "eval"]),
+    "summary": (("train",), ["-m", "modelforge", "summary"]),
+    "export": (("train",), ["-m", "modelforge", "export"]),
+    "predict": (("train",), ["-m", "modelforge", "predict"]),
+    "list": (("train",), ["-m", "modelforge", "list"]),
 }
+IN_CHECKOUT = ("test", "docs")  # run in the checkout; the others where you stand (outputs/, your paths)
 STAMP = ".modelforge-setup.json"  # in the environment: what was installed from which pyproject.toml
 
 
@@ -71,6 +83,14 @@ def environment_dir() -> Path:
 
 def python_of(env: Path) -> Path:
     return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def activation_line(env: Path) -> str:
+    """The shell line that activates ``env``, so that `python -m modelforge ...` runs in it."""
+    shown = os.path.relpath(env) if env.is_relative_to(Path.cwd()) else str(env)
+    if os.name == "nt":
+        return f"{shown}\\Scripts\\activate"
+    return f". {shlex.quote(shown)}/bin/activate"
 
 
 def make_environment(env: Path) -> Path:
@@ -175,10 +195,7 @@ def install_project(python: Path, env: Path, extras: tuple[str, ...]) -> None:
     wanted = set(extras) | set(installed(env).get("extras", []))  # a new pyproject.toml keeps what was installed
     spec = "." + (f"[{','.join(sorted(wanted))}]" if wanted else "")
     say(f"installing modelforge from {ROOT} ({spec}, editable)")
-    # compat mode: Hydra finds the Optuna sweeper by walking the hydra_plugins folder, which the default (strict)
-    # editable mode hides
-    if pip(python, "--upgrade", "pip") != 0 or pip(python, "-e", spec, "--config-settings",
-                                                   "editable_mode=compat") != 0:
+    if pip(python, "--upgrade", "pip") != 0 or pip(python, "-e", spec) != 0:
         raise SetupError(f"pip could not install {spec}: its own message is above")
     if "dev" in wanted:
         install_torchvision_beside(python, env)
@@ -201,15 +218,26 @@ def install_torchvision_beside(python: Path, env: Path) -> None:
         say(f"could not install {release} for the zoo's parity tests: they will skip, saying why")
 
 
+def unknown_command(name: str) -> str:
+    """One line: the command is unknown, the closest known one, and all of them."""
+    guess = difflib.get_close_matches(name, COMMANDS, n=1)
+    hint = f" (did you mean {guess[0]!r}?)" if guess else ""
+    return f"error: unknown command {name!r}{hint}; run.py's commands: {', '.join(COMMANDS)}"
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in COMMANDS:
+    if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2 if not argv else 0
+    if argv[0] not in COMMANDS:
+        print(unknown_command(argv[0]), file=sys.stderr)
         return 2
     if sys.version_info < (3, 10):
         print(f"error: modelforge needs Python 3.10 or newer; this is {platform.python_version()}", file=sys.stderr)
         return 2
     extras, command = COMMANDS[argv[0]]
     env = environment_dir()
+    created = not python_of(env).exists() and env != active_environment()
     try:
         python = make_environment(env)
         if not up_to_date(env, extras):  # else straight to the command: no import of torch to check it
@@ -218,8 +246,11 @@ def main(argv: list[str]) -> int:
     except SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if created:  # once, with the environment: the README's other commands need it active in a new shell
+        say(f"made {env}; to run `python -m modelforge ...` in a new shell, activate it first: "
+            f"{activation_line(env)}  (or put `python3 run.py` before the command)")
     full = [str(python), *command, *argv[1:]]
-    where = Path.cwd() if argv[0] == "train" else ROOT  # a run's outputs/ where you stand; tests and docs here
+    where = ROOT if argv[0] in IN_CHECKOUT else Path.cwd()
     if os.name == "nt":
         return subprocess.call(full, cwd=where)
     os.chdir(where)

@@ -154,10 +154,11 @@ def _read_transcript(command: Command, shown: list[str]) -> None:
 # Commands of the pages that this script does not run, by a pattern of their text, and why. A command that is
 # neither run nor listed here is unknown: tests/test_readme_commands.py fails on it.
 NOT_RUN: list[tuple[str, str]] = [
-    (r"(MODELFORGE_\w+=\S+ )*python3 run\.py (train|test|docs)\b",
+    (r"(MODELFORGE_\w+=\S+ )*python3 run\.py \w+",
      "the set-up script: tests/test_setup_script.py runs it in a fresh clone (-m slow)"),
     (r"export MODELFORGE_DATA=", "sets the data folder: this script runs with MODELFORGE_DATA set"),
     (r"python3 -m venv ", "makes an environment: this script runs in one"),
+    (r"\. \.venv/bin/activate", "activates the set-up script's environment: this script runs in one"),
     (r"pip install (?!\./my_blocks)", "installs into the environment: this script runs in one that has it all"),
     (r"sphinx-autobuild ", "serves the site until stopped: .ci/run builds it strictly"),
     (r"python -m sphinx ", "the strict build of the site: .ci/run runs it"),

@@ -14,6 +14,31 @@ COMMANDS = {
     "list": "list registries and their names: list [REGISTRY] [GLOB]",
 }
 
+# What `pip install modelforge` leaves out and these commands need: the `train` extra (pyproject.toml), by the
+# modules it brings. summary and list run on the builders alone.
+NEEDS_TRAIN_EXTRA = ("train", "eval", "export", "predict")
+TRAIN_EXTRA_MODULES = ("pytorch_lightning", "torchmetrics", "matplotlib", "PIL")
+
+
+def _importable(module: str) -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked by sys.modules[module] = None
+        return False
+
+
+def missing_extra(command: str) -> str | None:
+    """One line naming the extra to install when ``command`` needs one that is missing, else None."""
+    if command not in NEEDS_TRAIN_EXTRA:
+        return None
+    missing = [module for module in TRAIN_EXTRA_MODULES if not _importable(module)]
+    if not missing:
+        return None
+    return (f"`{command}` needs the training extra, which this install lacks (no {', '.join(missing)}): "
+            "pip install 'modelforge[train]' (from a checkout: pip install '.[train]')")
+
 
 def usage() -> str:
     from modelforge.config import config_groups
@@ -46,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         guess = closest_names(name, COMMANDS)
         hint = f" (did you mean {guess[0]!r}?)" if guess else ""
         print(f"error: unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    needed = missing_extra(name)
+    if needed:
+        print(f"error: {needed}", file=sys.stderr)
         return 2
     from modelforge.cli.commands import TASKS, list_names
     from modelforge.errors import ModelforgeError

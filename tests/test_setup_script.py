@@ -69,13 +69,51 @@ def test_the_project_is_installed_again_only_when_needed(tmp_path: Path, capsys,
     setup_script.install_project(Path(sys.executable), tmp_path, ())
     assert calls == []  # installed with these extras from this pyproject.toml: nothing to do
     setup_script.install_project(Path(sys.executable), tmp_path, ("docs",))
-    assert ("-e", ".[dev,docs]", "--config-settings", "editable_mode=compat") in calls  # dev is kept
+    assert ("-e", ".[dev,docs]") in calls  # dev is kept; setuptools' default editable mode (no compat warning)
     assert json.loads((tmp_path / setup_script.STAMP).read_text())["extras"] == ["dev", "docs"]
 
 
-def test_an_unknown_command_prints_the_usage_and_exits_2(capsys) -> None:
+def test_an_unknown_command_names_the_known_ones_in_one_line_and_exits_2(capsys) -> None:
     assert setup_script.main(["tarin"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: unknown command 'tarin' (did you mean 'train'?); run.py's commands: train, test, docs, "
+                   "eval, summary, export, predict, list\n")
+
+
+def test_no_command_prints_the_usage_and_exits_2(capsys) -> None:
+    assert setup_script.main([]) == 2
     assert "python3 run.py train" in capsys.readouterr().err
+
+
+def test_every_modelforge_command_passes_through() -> None:
+    from modelforge.__main__ import COMMANDS as MODELFORGE_COMMANDS
+
+    passed = {name: argv for name, (_, argv) in setup_script.COMMANDS.items() if argv[:2] == ["-m", "modelforge"]}
+    assert set(passed) == set(MODELFORGE_COMMANDS)
+    assert all(argv == ["-m", "modelforge", name] for name, argv in passed.items())
+    # each installs the training stack: after any of them, every command of the pages runs in the environment
+    assert all("train" in setup_script.COMMANDS[name][0] for name in passed)
+
+
+def test_a_new_environment_prints_its_activation_line_once(tmp_path: Path, capsys, monkeypatch) -> None:
+    """run.py summary in a checkout without an environment: the environment is made (torch and the project
+    installs stubbed out), the activation line printed, and the command exec'd in it with its arguments."""
+    env = tmp_path / "venv"
+    monkeypatch.setenv("MODELFORGE_VENV", str(env))
+    monkeypatch.setenv("MODELFORGE_EXEC_AT", "0")  # main sets it for the exec'd command: restored afterwards
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(setup_script.venv.EnvBuilder, "create",
+                        lambda self, path: (Path(path) / "bin").mkdir(parents=True) or
+                        (Path(path) / "bin" / "python").write_text(""))
+    monkeypatch.setattr(setup_script, "install_torch", lambda python: None)
+    monkeypatch.setattr(setup_script, "install_project", lambda python, env, extras: None)
+    execs: list[list[str]] = []
+    monkeypatch.setattr(setup_script.os, "execv", lambda path, argv: execs.append(argv))
+    setup_script.main(["summary", "model=cnn"])
+    setup_script.main(["summary", "model=mlp"])  # the environment exists now: no second line
+    out = capsys.readouterr().out
+    assert out.count(". venv/bin/activate") == 1, out
+    assert execs == [[str(env / "bin" / "python"), "-m", "modelforge", "summary", f"model={m}"] for m in ("cnn", "mlp")]
 
 
 @pytest.mark.slow
@@ -97,6 +135,14 @@ def test_both_commands_in_a_fresh_clone(tmp_path: Path) -> None:
                            timeout=3000)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     assert "test/acc" in train.stdout + train.stderr
+    assert "activate it first: . .venv/bin/activate" in train.stdout
+    # the README's next commands, in a new shell: through run.py, and in the activated environment
+    summary = subprocess.run([base, "run.py", "summary", "model=cnn"], cwd=clone, env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert summary.returncode == 0 and "Total params: 421,834" in summary.stdout, summary.stderr[-3000:]
+    activated = subprocess.run(["bash", "-c", ". .venv/bin/activate && python -m modelforge list models 'resnet*'"],
+                               cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    assert activated.returncode == 0 and "resnet18" in activated.stdout, activated.stderr[-3000:]
     tests = subprocess.run([base, "run.py", "test", "tests/test_packaging.py", "-q", "-n", "0"], cwd=clone, env=env,
                            capture_output=True, text=True, timeout=3000)
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]

@@ -4,6 +4,8 @@
 ``python -m modelforge summary model=FILE.yaml`` prints for it, computed from the file at build time. A file
 that does not build fails the (strict) build with modelforge's own error.
 
+``error-messages``: a table of every ``error:`` line the error pages show, with its exit status and its case.
+
 ``registry-names``: the names of one registry with their one-line descriptions, as ``python -m modelforge list``
 prints them.
 """
@@ -25,21 +27,18 @@ from sphinx.util.docutils import SphinxDirective
 
 def summary_of(text: str, depth: int = 2) -> str:
     """The summary table of the model file ``text``, down to ``depth`` (2: the graph's nodes, not their parts),
-    with its total parameters."""
+    with its total parameters. The text is the file: saved as it is and composed by Hydra, as
+    ``summary model=FILE.yaml`` does, with nothing added (a reader copies what the page shows)."""
     import modelforge
     from modelforge.errors import ModelforgeError
 
-    config = yaml.safe_load(text)
     try:
-        if "defaults" in config:  # it takes blocks files: composed by Hydra, as `model=FILE` does
-            with tempfile.TemporaryDirectory() as folder:
-                (Path(folder) / "model").mkdir()
-                (Path(folder) / "model" / "example.yaml").write_text(text)
-                model = modelforge.create_model("example", config_dir=folder, seed=0)
-        else:
-            model = modelforge.build_model({"name": "graph", **config}, seed=0)
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "model").mkdir()
+            (Path(folder) / "model" / "example.yaml").write_text(text)
+            model = modelforge.create_model("example", config_dir=folder, seed=0)
     except ModelforgeError as exc:
-        raise ValueError(f"the example does not build: {exc}") from None
+        raise ValueError(f"the example does not build as written: {exc}") from None
     rows = [row for row in modelforge.summarize(model, model.input_shape) if row.depth <= depth]
     table = modelforge.format_summary(model, rows, model.input_shape, expand=True)
     notes = ("Trainable", "Non-trainable", "Buffers", "Params +", "Total MACs", "Composite")
@@ -111,6 +110,54 @@ class CompositeBlocks(SphinxDirective):
         return [_table(("block(parameters)", "what it is", "file"), rows)]
 
 
+ERROR_PAGES = ("errors-config", "errors-model", "errors-data", "errors-runs")
+
+
+def error_messages(folder: Path) -> list[tuple[str, str, str, str, str]]:
+    """(message, exit status, page, where (section: case), section anchor) of every transcript that shows an ``error:``
+    line on the error pages, in page order: read from the pages themselves, so the table never lags them."""
+    rows = []
+    for page in ERROR_PAGES:
+        section, case = ("", ""), ""
+        lines = (folder / f"{page}.md").read_text().splitlines()
+        inside = False
+        for line in lines:
+            if line.startswith("```"):
+                inside = not inside and line.strip() == "```console"
+                continue
+            if not inside and line.startswith("## "):
+                title = line[3:].strip()
+                section = (title, re.sub(r"[^\w\- ]", "", title.lower()).strip().replace(" ", "-"))
+                case = ""
+            elif not inside and (label := re.match(r"\*\*(.+?)\*\*", line)):
+                case = label.group(1)
+            elif inside and line.startswith("error:"):
+                rows.append((line, "2", page, f"{section[0]}: {case}" if case else section[0], section[1]))
+            elif inside and (exit_note := re.match(r"\(exit (\d+)", line)) and rows and rows[-1][2] == page:
+                rows[-1] = (rows[-1][0], exit_note.group(1), *rows[-1][2:])
+    return rows
+
+
+class ErrorMessages(SphinxDirective):
+    """A table of every message the error pages show: the message, its exit status, and a link to its case."""
+
+    def run(self) -> list[nodes.Node]:
+        table = _table(("message", "exit", "where"), [])
+        body = table.next_node(nodes.tbody)
+        for message, status, page, title, anchor in error_messages(Path(self.env.srcdir)):
+            row = nodes.row()
+            for cell in (nodes.literal(message, message), nodes.Text(status)):
+                entry = nodes.entry()
+                entry += nodes.paragraph("", "", cell)
+                row += entry
+            entry = nodes.entry()
+            link = nodes.reference("", title, refuri=f"{page}.html#{anchor}", internal=True)
+            entry += nodes.paragraph("", "", link)
+            row += entry
+            body += row
+        return [table]
+
+
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> nodes.table:
     table = nodes.table()
     group = nodes.tgroup(cols=len(header))
@@ -153,5 +200,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("model-example", ModelExample)
     app.add_directive("registry-names", RegistryNames)
     app.add_directive("composite-blocks", CompositeBlocks)
+    app.add_directive("error-messages", ErrorMessages)
     app.add_role("registry-inline", registry_inline)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

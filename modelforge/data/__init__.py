@@ -25,7 +25,7 @@ _HOMES = {
     "build": ("build_datamodule", "describe_data"),
     "download": ("ensure_files", "find_file", "resolve_data_dir"),
     "idx": ("FASHION_MNIST", "FILE_NAMES", "IMAGES_MAGIC", "KNOWN_DATASETS", "LABELS_MAGIC", "MNIST", "IdxDataset",
-            "load_idx_set", "parse_idx", "read_idx_bytes"),
+            "load_idx_set", "parse_idx", "read_idx", "read_idx_bytes"),
     "options": ("IdxOptions", "ImageFolderOptions"),
     "image_files": ("ImageFolderIndex", "index_image_folder"),
     "image_transforms": ("ImageFiles", "ImagePipeline"),

@@ -90,6 +90,17 @@ def parse_idx(data: bytes, *, magic: int, where: str = "IDX data") -> torch.Tens
     return torch.frombuffer(bytearray(data), dtype=torch.uint8, offset=header).view(dims)
 
 
+def read_idx(path: str | Path) -> torch.Tensor:
+    """The uint8 tensor of one IDX file of unsigned bytes, ``.gz`` or not: MNIST's images ``[N, H, W]`` or
+    labels ``[N]``. Header and length are checked (a :class:`~modelforge.errors.DataError` says what is wrong);
+    no Lightning, no checksums. ``read_idx("train-images-idx3-ubyte.gz").float() / 255`` is a batch of images."""
+    data = read_idx_bytes(path)
+    if data[:3] != b"\x00\x00\x08":  # zero, zero, type code 8 (unsigned byte), then the number of dims
+        raise DataError(f"{path}: not an IDX file of unsigned bytes: it starts {data[:4].hex() or 'empty'}, "
+                        "expected 000008 and the number of dims (MNIST's images 00000803, labels 00000801)")
+    return parse_idx(data, magic=int.from_bytes(data[:4], "big"), where=str(path))
+
+
 def read_checked(path: Path, name: str, dataset: IdxDataset | None, *, verify: bool = True) -> torch.Tensor:
     """The tensor in ``path``, the file ``name`` of ``dataset``: header always checked, md5 if ``verify``."""
     data = read_idx_bytes(path)

@@ -53,14 +53,20 @@ _SWEEPS: list[SweepSummary] = []  # this process's sweeps, for the CLI once Hydr
 
 
 def register_optuna_sweeper() -> None:
-    """Store the Optuna sweeper's config (``hydra/sweeper/modelforge_optuna``) in Hydra's ConfigStore.
+    """Store the Optuna sweeper's config (``hydra/sweeper/modelforge_optuna``) in Hydra's ConfigStore, and its
+    class with Hydra's ``Plugins``.
 
     Hydra 1.3 finds plugins by walking the ``hydra_plugins`` namespace package, and a PEP 660 editable install of
     modelforge (``pip install -e .``) hides our part of it from that walk (Hydra issue #2359; Hydra 1.4 also
-    discovers plugins through entry points, #3252). Importing the module works in every install.
+    discovers plugins through entry points, #3252). Importing the modules works in every install, and
+    ``Plugins.register`` is Hydra's own way to add a plugin its scan missed.
     """
+    from hydra.core.plugins import Plugins
+
     with contextlib.suppress(ImportError):  # modelforge's own files without the plugin: Hydra names what is missing
         importlib.import_module("hydra_plugins.modelforge_optuna_sweeper.config")
+        sweeper = importlib.import_module("hydra_plugins.modelforge_optuna_sweeper.sweeper").OptunaSweeper
+        Plugins.instance().register(sweeper)
 
 
 def check_sweep_dir(config: DictConfig) -> None:

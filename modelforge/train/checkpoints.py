@@ -175,6 +175,8 @@ class ResumeState:
         # Set here, as the resume starts, not once at import: a caller's warnings.catch_warnings()
         # (pytest wraps each test in one) would drop a filter set while it was active.
         warnings.filterwarnings("ignore", message=_MID_EPOCH_WARNING)
+        if trainer is not None and trainer.ckpt_path:
+            log.info("resuming from %s: %s", trainer.ckpt_path, resume_point(checkpoint))
         state = checkpoint.get(KEY)
         if not state:
             return  # a checkpoint from before resume state was kept: resumes as Lightning alone does
@@ -183,6 +185,15 @@ class ResumeState:
         datamodule = getattr(trainer, "datamodule", None)
         if shuffle and hasattr(datamodule, "resume_shuffle"):
             datamodule.resume_shuffle(shuffle["seed"], shuffle["epoch"], shuffle["skip"])
+
+
+def resume_point(checkpoint: dict[str, Any]) -> str:
+    """Where a checkpoint resumes, in words: ``1 epoch done, global step 6, 64 samples into epoch 2``."""
+    shuffle = (checkpoint.get(KEY) or {}).get("shuffle") or {}
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+    done = int(shuffle.get("epoch", progress.get("processed", 0)))
+    text = f"{done} epoch{'s' if done != 1 else ''} done, global step {checkpoint.get('global_step', 0)}"
+    return text + (f", {shuffle['skip']} samples into epoch {done + 1}" if shuffle.get("skip") else "")
 
 
 def failure_record(reason: BaseException, run_dir: Path) -> dict[str, Any]:

@@ -133,7 +133,10 @@ class Transfer:
         return record
 
     def callbacks(self) -> list[Callback]:
-        return [FrozenWeights(self.frozen)] if self.frozen.params or self.frozen.norms else []
+        from modelforge.train.short_finetune import ShortFineTuneCheck
+
+        kept = [FrozenWeights(self.frozen)] if self.frozen.params or self.frozen.norms else []
+        return kept + ([ShortFineTuneCheck(str(self.init.source), self.frozen.norms)] if self.init else [])
 
 
 def _first(names: tuple[str, ...] | list[str]) -> str:

@@ -178,3 +178,21 @@ def test_raw_file_preferred_over_gz(mnist_dir) -> None:
     folder, _ = mnist_dir
     write_idx(folder / "t10k-labels-idx1-ubyte", idx_bytes(torch.full((32,), 3, dtype=torch.uint8), 2049))
     assert load_idx_set(_paths(folder), MNIST, verify=False)["test"][1].tolist() == [3] * 32
+
+
+@pytest.mark.parametrize(("values", "magic"), [(IMAGES, IMAGES_MAGIC), (torch.tensor([7, 2, 1]), LABELS_MAGIC)])
+def test_read_idx_reads_one_file_by_its_own_header(tmp_path: Path, values: torch.Tensor, magic: int) -> None:
+    from modelforge.data import read_idx  # public: the API page's "Reading IDX files"
+
+    path = write_idx(tmp_path / "file-ubyte.gz", idx_bytes(values, magic))
+    assert torch.equal(read_idx(path), values.to(torch.uint8))
+
+
+def test_read_idx_refuses_what_is_not_an_idx_file_of_bytes(tmp_path: Path) -> None:
+    from modelforge.data import read_idx
+
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"abcdefgh")
+    with pytest.raises(DataError, match=r"notes.txt: not an IDX file of unsigned bytes: it starts 61626364, "
+                                        r"expected 000008 and the number of dims \(MNIST's images 00000803"):
+        read_idx(path)

@@ -40,6 +40,23 @@ def test_registering_stores_the_sweeper_config() -> None:
     assert "modelforge_optuna.yaml" in ConfigStore.instance().list("hydra/sweeper")
 
 
+def test_registering_adds_the_sweeper_class_that_hydras_scan_missed() -> None:
+    """In an editable install Hydra's scan finds no OptunaSweeper, and a search would fail with `Unknown plugin
+    class`: registering adds it (taken out here, as the scan of an editable install leaves it)."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.sweeper import Sweeper
+
+    plugins, name = Plugins.instance(), f"{PLUGIN}.sweeper.OptunaSweeper"
+    sweeper = plugins.class_name_to_class.pop(name)
+    plugins.plugin_type_to_subclass_list[Sweeper].remove(sweeper)
+    try:
+        register_optuna_sweeper()
+        assert plugins.class_name_to_class[name] is sweeper
+        assert sweeper in plugins.discover(Sweeper)
+    finally:
+        plugins._register(sweeper)
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_an_editable_install_hides_the_plugin_from_hydras_scan(tmp_path: Path) -> None:

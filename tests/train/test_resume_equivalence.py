@@ -74,14 +74,19 @@ def _stopped_by_sigterm_at(step: int, cfg: DictConfig, run_dir: Path, monkeypatc
 
 @pytest.mark.parametrize("sched", ["onecycle", "none"])
 def test_resume_after_sigterm_mid_epoch_equals_never_stopping(sched: str, tiny_mnist: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
     args = (*SAME, f"sched={sched}", "trainer.max_epochs=2")
     train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "one_go")
 
     ckpt = _stopped_by_sigterm_at(6, compose_train(tiny_mnist, *args), tmp_path / "first", monkeypatch)
     assert torch.load(ckpt, weights_only=True)["global_step"] == 6  # 4 batches an epoch: mid-epoch 2
-    train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
+    with caplog.at_level("INFO", logger="modelforge.train.checkpoints"):
+        train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
     assert_same_run(tmp_path / "one_go", tmp_path / "resumed")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming from")]
+    batch = compose_train(tiny_mnist, *args).data.batch_size
+    assert said == [f"resuming from {ckpt}: 1 epoch done, global step 6, {2 * batch} samples into epoch 2"]
 
 
 def test_sched_epochs_plans_the_schedule_over_that_many_epochs(tiny_mnist: Path, tmp_path: Path) -> None:

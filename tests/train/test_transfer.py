@@ -96,6 +96,13 @@ def test_frozen_norms_train_in_eval_mode_unless_freeze_bn_is_false(freeze_bn: bo
     stats = ENCODER + "0.norm.running_mean"
     assert torch.equal(before[stats], after[stats]) == freeze_bn
     assert _metrics(tmp_path)["frozen"]["norms_in_eval"] == (["encoder.0.norm", "encoder.1.norm"] if freeze_bn else [])
+    # 4 batches: the norms that train keep 0.9 ** 4 of the loaded statistics, and the run says so before training
+    warned = [line for line in (tmp_path / "train.log").read_text().splitlines() if "BatchNorm layers train" in line]
+    chosen, _ = resolve_checkpoint(source_run)
+    assert [line.split("] - ", 1)[-1] for line in warned] == ([] if freeze_bn else [
+        f"init.from: 2 BatchNorm layers train for 4 batches only: with momentum 0.1, 66% of their running statistics "
+        f"will still come from {chosen}'s data, and evaluation normalizes with them; train 44 batches or more, or "
+        "freeze those layers (freeze=[...] keeps their statistics)"])
 
 
 def test_mismatches_are_reported_by_kind_with_their_first_names(source_run: Path) -> None:

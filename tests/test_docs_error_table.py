@@ -1,0 +1,31 @@
+"""docs/errors.md's table of every message is read from the error pages when the site is built: each ``error:``
+line of their transcripts is a row, with the exit status the transcript shows."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+from tests.conftest import REPO
+
+_SPEC = importlib.util.spec_from_file_location("modelforge_docs", REPO / "docs" / "_ext" / "modelforge_docs.py")
+modelforge_docs = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(modelforge_docs)
+
+
+def test_every_error_line_of_the_error_pages_is_a_row() -> None:
+    rows = modelforge_docs.error_messages(REPO / "docs")
+    shown = [line for page in modelforge_docs.ERROR_PAGES
+             for block in re.findall(r"^```console\n(.*?)^```$", (REPO / "docs" / f"{page}.md").read_text(), re.S | re.M)
+             for line in block.splitlines() if line.startswith("error:")]
+    assert [row[0] for row in rows] == shown and len(rows) >= 100
+    by_message = {row[0]: row for row in rows}
+    assert by_message["error: trainer.max_epoch: no key 'max_epoch' at 'trainer'"][1:] == (
+        "2", "errors-config", "Config: Typo'd key", "config")
+    assert {row[1] for row in rows} >= {"1", "2", "3"}  # the `(exit N)` notes of faults and divergence
+
+
+def test_the_hub_page_shows_the_table_and_links_every_error_page() -> None:
+    hub = (REPO / "docs" / "errors.md").read_text()
+    assert "```{error-messages}" in hub
+    assert all(f"({page}.md)" in hub for page in modelforge_docs.ERROR_PAGES)
