@@ -39,7 +39,7 @@ from modelforge.deploy.load import (
 from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_names, closest_paths
 from modelforge.weights.hub import fetch
 from modelforge.weights.pairing import Pairing, PairingError, pair_by_structure, shapes_of
-from modelforge.weights.safetensors_file import is_safetensors, keeps_order
+from modelforge.weights.safetensors_file import check_declared_sizes, is_safetensors, keeps_order
 from modelforge.weights.torchvision_zoo import (
     is_torchvision_source,
     near_prefix,
@@ -212,8 +212,10 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
     hub = torchvision_weights(str(path), key) if is_torchvision_source(path) else None
     source, chosen = (fetch(hub, key), hub.label) if hub else resolve_checkpoint(path, key)  # a run directory: its ckpt
     source = Path(os.path.abspath(source))  # printed whole, as the run directory is
-    weights, averaging = read_weights(source, key)
     wanted = model.state_dict()
+    if is_safetensors(source):  # its header may declare gigabytes over a sparse file: checked before mapping
+        check_declared_sizes(source, key, most_values=sum(t.numel() for t in wanted.values()))
+    weights, averaging = read_weights(source, key)
     weights = rename(_strip_wrapper_prefix(weights, wanted), mapping or {}, source)
     pairing = None
     if hub is not None or (not mapping and not any(k in wanted for k in weights)):
