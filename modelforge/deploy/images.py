@@ -205,10 +205,11 @@ def read_image(path: Path, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
                 opened.draft("L", (width * KEEP_SIDE // min(opened.size), height * KEEP_SIDE // min(opened.size)))
             opened.load()
             ImageOps.exif_transpose(opened, in_place=True)
+            sixteen_bit = opened.mode.startswith("I;16")  # reduce() needs mode I, which has no depth of its own
             if (factor := min(opened.size) // KEEP_SIDE) < 2:
-                return _gray(opened)
+                return _gray(opened, sixteen_bit)
             image = opened.convert(_REDUCED_AS[opened.mode]) if opened.mode in _REDUCED_AS else opened  # no copy
-            return _gray(image.reduce(factor))
+            return _gray(image.reduce(factor), sixteen_bit)
     except NonFinitePixels as exc:
         raise DataError(f"{path} has {exc.bad:,} of its {exc.total:,} pixels not a number (NaN or infinite): "
                         "refused, as they leave no scale for the others") from None
@@ -218,13 +219,14 @@ def read_image(path: Path, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
         raise DataError(f"{path} cannot be read as an image ({exc})") from None
 
 
-def _gray(image: Image.Image) -> torch.Tensor:
-    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+def _gray(image: Image.Image, sixteen_bit: bool = False) -> torch.Tensor:
+    from modelforge.data.image_transforms import WIDE_GRAY_MODES, eight_bit  # as a data=image_folder run reads it
+
+    if image.mode in WIDE_GRAY_MODES:
         wide = np.asarray(image, dtype=np.float64)
         if (bad := int(wide.size - np.count_nonzero(np.isfinite(wide)))) > 0:  # one NaN would scale all to black
             raise NonFinitePixels(bad, int(wide.size))
-        scale = 1.0 if wide.max(initial=0) <= 255 else 255.0 / 65535.0
-        return torch.from_numpy(np.clip(np.rint(wide * scale), 0, 255).astype(np.uint8))
+        return torch.from_numpy(np.array(eight_bit(image, sixteen_bit or None), dtype=np.uint8))
     if image.mode in ("RGBA", "LA", "PA") or image.mode == "P" and "transparency" in image.info:
         rgba = image.convert("RGBA")
         image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
