@@ -116,8 +116,14 @@ def find_input_files(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
             found += kept
         else:
             raise DataError(f"inputs: no file or folder {str(entry)!r} (looked for {path.resolve()})")
-    seen: set[tuple[int, int] | Path] = set()
-    return [p for p in found if not (_identity(p) in seen or seen.add(_identity(p)))]  # each file by its first name
+    first: dict[tuple[int, int] | Path, Path] = {}
+    again = [(p, first[key]) for p in found if (key := _identity(p)) in first or first.setdefault(key, p) is not p]
+    again = [(p, f) for p, f in again if p != f]  # a name given twice is plainly one file
+    if again:  # hard links, a symlink and its target, a glob and a name of one file: one row, said
+        log.warning("%d name%s of files already named left out (one row per file): %s", len(again),
+                    "s" if len(again) > 1 else "", ", ".join(f"{p} (= {f})" for p, f in again[:LISTED])
+                    + (f", ... and {len(again) - LISTED:,} more" if len(again) > LISTED else ""))
+    return list(first.values())  # each file by its first name
 
 
 def _identity(path: Path) -> tuple[int, int] | Path:
