@@ -239,6 +239,11 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
         raise CheckpointError(f"{key}: no tensor of {source} fits this model: " + "; ".join(report.problems())
                               + "\n  hint: init.map={old.*:new.*} renames the file's tensors to the model's names "
                                 "(`python -m modelforge summary` lists them)")
+    if kinds := [f"{k} is {weights[k].dtype} for the model's {wanted[k].dtype}" for k in report.loaded
+                 if weights[k].is_floating_point() != wanted[k].is_floating_point()]:
+        raise CheckpointError(f"{key}: {source}: {_first(kinds)}: integer or bool tensors are no weights of "
+                              "floating-point parameters (nor the reverse), and copying would cast them without a "
+                              "word; refused")
     model.load_state_dict({k: weights[k] for k in report.loaded}, strict=False)
     return report
 

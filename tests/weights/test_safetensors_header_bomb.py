@@ -1,5 +1,6 @@
 """A .safetensors header that declares far more than the file can be weights of (a sparse file made with truncate):
-refused from its header before anything is mapped, with one line, and a train run leaves no run directory."""
+refused from its header before anything is mapped, with one line, and a train run leaves no run directory; integer
+or bool tensors are refused, not cast into float weights without a word."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from modelforge import CheckpointError, build_model
 from modelforge.train.transfer import load_init_weights
@@ -42,3 +45,16 @@ def test_a_tensor_larger_than_the_whole_model_is_refused_from_the_header(tmp_pat
     with pytest.raises(CheckpointError, match=r"declares fc.weight of shape \[500000000\] \(500,000,000 values, 2.0 GB\), "
                        r"more than this whole model's 2,395: not weights of this model; refused before reading"):
         load_init_weights(model, file)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool])
+def test_integer_or_bool_tensors_are_not_cast_into_float_weights(dtype: torch.dtype, tmp_path: Path) -> None:
+    model = build_model({"name": "mlp", "hidden_sizes": [3]})
+    state = {name: (t * 0).to(dtype) for name, t in model.state_dict().items()}
+    file = tmp_path / "ints.safetensors"
+    save_file(state, str(file))
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=rf"^init.from: {file}: .* is {dtype} for the model's torch.float32.*"
+                       "refused$"):
+        load_init_weights(model, file)
+    assert all(before[name].equal(t) for name, t in model.state_dict().items())  # nothing copied
