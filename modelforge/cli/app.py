@@ -244,8 +244,9 @@ class CommandLine:
         for folder in user_folders:
             for path in user_yaml_files(folder):  # Hydra parses what a run selects: bombs never reach it
                 bound_yaml_file(path)
-        check_not_shadowed(user_folders, selected_configs(self.loader(), self.config_name, self._override_lists(),
-                                                          bool(self.args.multirun)))
+        if user_folders:
+            check_not_shadowed(user_folders, selected_configs(self.loader(), self.config_name, self._override_lists(),
+                                                              bool(self.args.multirun)))
         self._refuse_model_options()
         for value in (v for o in self.overrides if o.key_or_group == "model" and not o.is_delete() for v in _values(o)):
             if isinstance(value, str) and value.endswith((".yaml", ".yml")):

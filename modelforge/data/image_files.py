@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "val", "test")
 LISTED = 10  # skipped files named in the log; the rest are counted
+# An image with more pixels is refused (predict's max_pixels=) or skipped (training): decoding one takes up to 4
+# bytes a pixel (color), 1 (gray).
+MAX_PIXELS = 120_000_000
 
 Item = tuple[str, int]  # an image file and its label
 
@@ -173,8 +176,6 @@ def _not_a_file(path: Path) -> str | None:
 
 
 def _not_an_image(path: Path) -> str | None:
-    from modelforge.deploy.images import MAX_PIXELS  # predict's cap: an image it refuses is not trained on
-
     if path.suffix.lower() not in IMAGE_SUFFIXES:
         return f"not an image file ({path.suffix or 'no suffix'})"
     try:

@@ -24,6 +24,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, parse_idx, read_idx_bytes
+from modelforge.data.image_files import MAX_PIXELS  # one cap for predict and for training on image folders
 from modelforge.errors import ConfigError, DataError
 from modelforge.files.paths import why_not_readable_file
 
@@ -34,8 +35,6 @@ IDX_SUFFIXES = (".idx", "-ubyte", ".idx.gz", "-ubyte.gz")
 INVERT_CHOICES = ("auto", True, False)
 # invert=auto: an image whose border is brighter than this (of 255) is dark ink on a light ground.
 LIGHT_BORDER = 127.5
-# An image with more pixels is refused (max_pixels=): decoding one takes up to 4 bytes a pixel (color), 1 (gray).
-MAX_PIXELS = 120_000_000
 # A decoded image whose shorter side is 2 * KEEP_SIDE or more is reduced at once (box filter, by a whole factor) to a
 # shorter side of KEEP_SIDE to 2 * KEEP_SIDE - 1, 9 times and more an MNIST-sized model's input side; a JPEG is
 # decoded near that size (Pillow's draft: at 1/2 to 1/8 scale, in gray).
