@@ -167,8 +167,9 @@ class CommandLine:
         fixed = [o.input_line for o in self.overrides if not o.is_sweep_override()]
         if not self.args.multirun:
             return [list(self.args.overrides)]
-        return [fixed, *([*fixed, f"{o.key_or_group}={value}"] for o in self.overrides
-                         if o.is_sweep_override() and not o.is_hydra_override() for value in _values(o))]
+        return [fixed, *([*fixed, f"{'++' if o.is_force_add() else '+' if o.is_add() else ''}{o.key_or_group}={value}"]
+                         for o in self.overrides if o.is_sweep_override() and not o.is_hydra_override()
+                         for value in _values(o))]
 
     def group_options(self, group: str) -> list[str]:
         """The options of config group ``group``."""
