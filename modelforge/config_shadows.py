@@ -84,7 +84,8 @@ def user_yaml_files(folder: str | Path) -> list[Path]:
             dirs.clear()
             continue
         seen.add((info.st_dev, info.st_ino))
-        found += [Path(top, name) for name in sorted(names) if name.endswith(".yaml") and is_regular_file(Path(top, name))]
+        found += [Path(top, name) for name in sorted(names)
+                  if name.endswith(".yaml") and is_regular_file(Path(top, name))]
     return found
 
 

@@ -98,7 +98,8 @@ def class_scores(output: torch.Tensor, names: Sequence[str], source: str) -> tor
     headless model's features ([N, 128]) would be read as the scores of 128 classes."""
     if output.dim() != 2 or output.shape[1] != len(names):
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        raise ConfigError("ckpt_path", f"{source} outputs [{', '.join(['N', *map(str, output.shape[1:])])}], not the scores of its "
+        shape = ", ".join(["N", *map(str, output.shape[1:])])
+        raise ConfigError("ckpt_path", f"{source} outputs [{shape}], not the scores of its "
                           f"{len(names)} classes ({shown}): predict reads a classifier's scores",
                           hint="a model without its head (n_classes: null) or of feature maps gives features: "
                           "predict with the classifier it was cut from")
