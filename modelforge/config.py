@@ -30,7 +30,12 @@ from omegaconf.errors import (
 )
 
 from modelforge.errors import ConfigError, closest_names
-from modelforge.files.yaml_files import check_yaml_file, load_yaml_file, yaml_file_error  # noqa: F401  (re-exported)
+from modelforge.files.yaml_files import (  # noqa: F401  (re-exported)
+    bound_yaml_file,
+    check_yaml_file,
+    load_yaml_file,
+    yaml_file_error,
+)
 
 S = TypeVar("S")
 

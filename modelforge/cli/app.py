@@ -17,7 +17,9 @@ import yaml
 from hydra import errors as hydra_errors
 from hydra import version
 from hydra._internal import utils as hydra_utils
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.config_repository import ConfigRepository
+from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -30,8 +32,8 @@ from omegaconf import errors as omegaconf_errors
 
 from modelforge import errors
 from modelforge.cli.run_checks import forget_validated
-from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error, yaml_file_error
-from modelforge.config_shadows import check_not_shadowed
+from modelforge.config import bound_yaml_file, conf_dir, load_yaml_file, omegaconf_error, yaml_file_error
+from modelforge.config_shadows import check_not_shadowed, selected_configs, unread_file_error, user_yaml_files
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
 from modelforge.models.compose import config_folders, defaults_cycle_error
 from modelforge.models.definitions import missing_defaults_hint
@@ -151,6 +153,24 @@ class CommandLine:
             search_path.append("command-line", folder)
         return ConfigRepository(search_path)
 
+    def loader(self) -> ConfigLoaderImpl:
+        """Hydra's config loader over :meth:`repository`'s search path, as the run will have it."""
+        search_path = hydra_utils.create_automatic_config_search_path(None, None, str(conf_dir()))
+        if self.args.config_dir:
+            search_path.prepend("command-line", f"file://{os.path.abspath(self.args.config_dir)}",
+                                anchor=SearchPathQuery(provider="schema"))  # where Hydra puts it
+        return ConfigLoaderImpl(config_search_path=search_path)
+
+    def _override_lists(self) -> list[list[str]]:
+        """The overrides of each composition the command makes: one; in a sweep, one more for each choice of a
+        swept config group (the choices of other swept keys select no config file)."""
+        fixed = [o.input_line for o in self.overrides if not o.is_sweep_override()]
+        if not self.args.multirun:
+            return [list(self.args.overrides)]
+        return [fixed, *([*fixed, f"{'++' if o.is_force_add() else '+' if o.is_add() else ''}{o.key_or_group}={value}"]
+                         for o in self.overrides if o.is_sweep_override() and not o.is_hydra_override()
+                         for value in _values(o))]
+
     def group_options(self, group: str) -> list[str]:
         """The options of config group ``group``."""
         return sorted(self.repository().get_group_options(group, ObjectType.CONFIG))
@@ -217,11 +237,17 @@ class CommandLine:
                                       "'model.nodes.c3.block=choice(c2f,yolo_bottleneck)'" if key == SEARCH_SPACE else
                                       "write hydra.sweeper.conditions in a search config, as "
                                       "conf/hparams_search/architecture.yaml does (yours: --config-dir DIR)"))
-        for folder in (f.removeprefix("file://") for f in self.folders if f.startswith("file://")):
-            files = sorted(Path(folder).expanduser().rglob("*.y*ml"))
-            for path in files:
-                check_yaml_file(path)
-            check_not_shadowed(folder, files)
+        if len(given := [a for a in self.argv if _names_config_dir(a)]) > 1:
+            raise ConfigError("--config-dir", f"given {len(given)} times: Hydra reads one --config-dir (the last) "
+                              "and would drop the others without a word",
+                              hint="give one --config-dir and add the others as hydra.searchpath=[file:///abs/path]")
+        user_folders = [f.removeprefix("file://") for f in self.folders if f.startswith("file://")]
+        for folder in user_folders:
+            for path in user_yaml_files(folder):  # Hydra parses what a run selects: bombs never reach it
+                bound_yaml_file(path)
+        if user_folders:
+            check_not_shadowed(user_folders, selected_configs(self.loader(), self.config_name, self._override_lists(),
+                                                              bool(self.args.multirun)))
         self._refuse_model_options()
         for value in (v for o in self.overrides if o.key_or_group == "model" and not o.is_delete() for v in _values(o)):
             if isinstance(value, str) and value.endswith((".yaml", ".yml")):
@@ -273,6 +299,13 @@ def _values(override: Override) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def _names_config_dir(arg: str) -> bool:
+    """Whether a command-line word is Hydra's ``--config-dir`` flag (``-cd``, ``--config-dir=DIR``, a prefix
+    argparse takes for it)."""
+    flag = arg.partition("=")[0]
+    return flag == "-cd" or len(flag) >= len("--config-d") and "--config-dir".startswith(flag)
+
+
 def _dotted_keys(value: Any) -> bool:
     return isinstance(value, dict) and any("." in str(k) or _dotted_keys(v) for k, v in value.items())
 
@@ -290,6 +323,9 @@ def config_error(exc: BaseException, cmd: CommandLine) -> ModelforgeError | None
         return None
     if isinstance(exc, hydra_errors.MissingConfigException) and "/" in (exc.missing_cfg_file or ""):
         group, _, option = exc.missing_cfg_file.removesuffix(".yaml").rpartition("/")
+        folders = [f.removeprefix("file://") for f in cmd.folders if f.startswith("file://")]
+        if unread := unread_file_error(folders, f"{group}/{option}"):
+            return unread
         return UnknownNameError(f"{group} option", option, exc.options or cmd.group_options(group), path=group)
     if isinstance(exc, hydra_errors.OverrideParseException):
         return _unparsed_override(exc.override, exc.message)

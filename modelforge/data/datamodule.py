@@ -82,6 +82,9 @@ class IdxDataModule(SplitLoaders, IdxOptions, pl.LightningDataModule):
     dataset: IdxDataset | None = None
 
     _splits: dict[str, tuple[Tensor, Tensor]] | None = None  # prepare_data, setup and test share one read
+    # eval: the test images alone; the training images are not split, so val_size (another data set's, the run's)
+    # is not checked against a count it does not apply to
+    tests_only: bool = False
 
     @property
     def name(self) -> str:
@@ -113,6 +116,8 @@ class IdxDataModule(SplitLoaders, IdxOptions, pl.LightningDataModule):
     def check(self) -> dict[str, int]:
         """Fetch what is missing and run every file check now (seconds, not after the model is built); split sizes."""
         n_train = len(self._load()["train"][1])
+        if self.tests_only:
+            return {"test": len(self._load()["test"][1])}
         n_val = self._val_count(n_train)
         return {"train": n_train - n_val, "val": n_val, "test": len(self._load()["test"][1])}
 
@@ -120,7 +125,10 @@ class IdxDataModule(SplitLoaders, IdxOptions, pl.LightningDataModule):
         self.check()  # Lightning calls this on one process per node: the place for downloads
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train_set is None:
+        if self.tests_only and self.test_set is None:
+            mean, std = self.normalization() if self.normalize else (0.0, 1.0)
+            self.test_set = MnistBatches(*self._load()["test"], normalize=self.normalize, mean=mean, std=std)
+        elif self.train_set is None:
             images, labels = self._load()["train"]
             order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.seed))
             val_idx, train_idx = order.tensor_split([self._val_count(len(labels))])
@@ -132,7 +140,8 @@ class IdxDataModule(SplitLoaders, IdxOptions, pl.LightningDataModule):
         # Each DDP rank moves the data to its own device; 55 MB of uint8 fits any GPU.
         device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         for dataset in (self.train_set, self.val_set, self.test_set):
-            dataset.to(device)
+            if dataset is not None:  # eval's tests_only: no training split
+                dataset.to(device)
 
     def _loader(self, dataset: MnistBatches, batch_size: int, **kwargs: Any) -> DataLoader:
         workers = self.num_workers if dataset.images.device.type == "cpu" else 0  # workers cannot share a GPU tensor

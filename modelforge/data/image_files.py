@@ -10,6 +10,8 @@ least one image of each class held out, at least one left to train on), or
 from __future__ import annotations
 
 import logging
+import stat
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,9 @@ log = logging.getLogger(__name__)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "val", "test")
 LISTED = 10  # skipped files named in the log; the rest are counted
+# An image with more pixels is refused (predict's max_pixels=) or skipped (training): decoding one takes up to 4
+# bytes a pixel (color), 1 (gray).
+MAX_PIXELS = 120_000_000
 
 Item = tuple[str, int]  # an image file and its label
 
@@ -68,6 +73,14 @@ def index_image_folder(root: Path, classes: Sequence[str] | None, val_size: floa
         raise DataError(f"data.root: {root / 'train' if layout else root} holds no class folders: expected one "
                         "folder of images per class (ROOT/cat/1.jpg, ROOT/dog/2.jpg), or train/ and val/ folders of them")
     chosen = _check_classes(classes, found, root)
+    if len(chosen) < 2:  # one class: every prediction right, a test/acc of 1.0 that says nothing
+        raise DataError(f"data.root: {root / 'train' if layout else root} holds one class folder ({chosen[0]}): a "
+                        "classifier needs two classes at least")
+    for split in given[1:]:  # val/ or test/ with a class train/ lacks: its images would be dropped
+        if extra := [name for name in _subfolders(root / split) if name not in chosen]:
+            raise DataError(f"data.root: {root / split} has class folder{'s' if len(extra) > 1 else ''} that "
+                            f"train/ lacks ({', '.join(extra)}): a model learns only train/'s classes; add them to "
+                            "train/ or remove them")
     index = ImageFolderIndex(root, chosen, given=given)
     folders = {split: root / split for split in given} if given else {"train": root}
     read = {split: _read_split(folder, chosen, index.skipped, must_fill=split == "train")
@@ -131,10 +144,10 @@ def _read_split(folder: Path, classes: tuple[str, ...], skipped: list[str], must
             if must_fill:
                 raise DataError(f"data.root: no class folder {class_dir}")
             continue
-        files = sorted(p for p in class_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
+        files = sorted(p for p in class_dir.rglob("*") if not p.name.startswith(".") and not _real_folder(p))
         kept = 0
         for path in files:
-            if (why := _not_an_image(path)) is not None:
+            if (why := _not_a_file(path) or _not_an_image(path)) is not None:
                 skipped.append(f"{path}: {why}")
                 continue
             items.append((str(path), label))
@@ -146,16 +159,37 @@ def _read_split(folder: Path, classes: tuple[str, ...], skipped: list[str], must
     return items
 
 
+def _real_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why what stands in a class folder is no file to read (said, not dropped): a link to a folder (not followed:
+    a loop of links would never end), to a device or FIFO, or to nothing."""
+    if path.is_symlink() and path.is_dir():
+        return "a link to a folder, not followed (put the images themselves in the class folder)"
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return f"a link that leads nowhere ({exc.strerror})"
+    return None if stat.S_ISREG(mode) else "not a regular file (a device, a FIFO, a socket)"
+
+
 def _not_an_image(path: Path) -> str | None:
     if path.suffix.lower() not in IMAGE_SUFFIXES:
         return f"not an image file ({path.suffix or 'no suffix'})"
     try:
         if path.stat().st_size == 0:
             return "empty (0 bytes)"
-        with Image.open(path) as image:  # the header only: no pixels are decoded
-            image.size  # noqa: B018 - read from the header
+        with warnings.catch_warnings():  # Pillow's DecompressionBombWarning: the cap below says it for us
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as image:  # the header only: no pixels are decoded
+                width, height = image.size
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError) as exc:
         return f"not an image Pillow can read ({exc})"
+    if width * height > MAX_PIXELS:
+        return (f"{width:,}x{height:,} pixels ({width * height / 1e6:,.1f} megapixels), more than predict's "
+                f"max_pixels={MAX_PIXELS:,}: shrink it")
     return None
 
 

@@ -32,6 +32,23 @@ ASPECT = (3 / 4, 4 / 3)  # RandomResizedCrop's range of aspect ratios
 DECODE_ERRORS = (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError)
 
 
+WIDE_GRAY_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")  # Pillow's gray modes of more than 8 bits
+
+
+def eight_bit(image: Image.Image, sixteen_bit: bool | None = None) -> Image.Image:
+    """A gray image of more than 8 bits as 8-bit ``L``, scaled by its depth: Pillow's ``convert("L")`` clips every
+    value above 255 to white (a 16-bit PNG's digit became a white blot). A 16-bit file (Pillow's ``I;16``, or
+    ``sixteen_bit``) is scaled from 0..65535; a 32-bit or float image (``I``, ``F``: no depth in the file) from
+    0..65535 where a value passes 255, else taken as 8-bit values. Other modes are returned as they are."""
+    if image.mode not in WIDE_GRAY_MODES:
+        return image
+    wide = np.asarray(image, dtype=np.float64)
+    if sixteen_bit is None:
+        sixteen_bit = image.mode.startswith("I;16") or wide.max(initial=0) > 255
+    scaled = np.rint(wide * (255.0 / 65535.0 if sixteen_bit else 1.0))
+    return Image.fromarray(np.clip(np.nan_to_num(scaled), 0, 255).astype(np.uint8), "L")
+
+
 @dataclass(frozen=True)
 class ImagePipeline:
     """Decode, crop, resize, flip and normalize one image file: float32 [C, image_size, image_size]."""
@@ -59,13 +76,13 @@ class ImagePipeline:
         with Image.open(path) as opened:
             if self.random_resized_crop is None:  # the size kept is the resize's: at least resize_size a side
                 opened.draft(self.mode, (self.resize_size, self.resize_size))
-            image = ImageOps.exif_transpose(opened)
+            image = eight_bit(ImageOps.exif_transpose(opened))  # a 16-bit PNG at its depth
             return image.convert(self.mode)
 
     def from_image(self, image: Image.Image) -> Tensor:
         """An image already decoded (pixels given in memory), as a file holding it would come out: converted to
         the model's mode (a gray image's one channel repeated for RGB, Pillow's ``convert``), resized, cropped."""
-        return self.to_tensor(self.prepare(image.convert(self.mode)))
+        return self.to_tensor(self.prepare(eight_bit(image).convert(self.mode)))
 
     def prepare(self, image: Image.Image) -> Image.Image:
         size, resample = (self.image_size, self.image_size), RESAMPLING[self.interpolation]

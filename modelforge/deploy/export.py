@@ -118,6 +118,7 @@ def _build_and_write(model: nn.Module, meta: dict[str, Any], path: Path, format:
     """Export ``model`` in memory, then write it to ``path`` with its metadata; ``now`` says which of the two runs."""
     example = torch.randn(2 if dynamic_batch else batch_size, *meta["input_shape"])
     options = {"dynamic_batch": dynamic_batch, "method": method, "opset": opset}
+    _check_one_output(model, meta, example)
     started = time.perf_counter()
     now.what = f"while exporting {_name(model, meta)} to {format}; nothing was written"
     try:
@@ -140,6 +141,25 @@ def _build_and_write(model: nn.Module, meta: dict[str, Any], path: Path, format:
     shape = "any batch size" if dynamic_batch else f"batches of {batch_size}"
     print(f"exported {_name(model, meta)} to {path} ({format}, {path.stat().st_size / 1e6:.2f} MB, {shape}) "
           f"in {time.perf_counter() - started:.1f} s")
+
+
+def _check_one_output(model: nn.Module, meta: Mapping[str, Any], example: Tensor) -> None:
+    """Refuse, before anything is exported, a model that returns no single tensor (a feature-map model's dict of
+    maps): its file could be neither checked against the model nor run by predict."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            output = model(example)
+    except Exception:  # noqa: BLE001 - the exporter's own run says where the model fails
+        return
+    finally:
+        model.train(was_training)
+    if not isinstance(output, Tensor):
+        kind = f"a dict of {', '.join(map(str, output))}" if isinstance(output, Mapping) else f"a {type(output).__name__}"
+        raise ExportError(f"{_name(model, meta)} returns {kind}, not one tensor: export writes a model of one "
+                          "output, checked against the model and run by predict; nothing was written (for feature "
+                          "maps, torch.export.export the module yourself, or export the model without features)")
 
 
 def export_task(cfg: Mapping[str, Any]) -> Path:

@@ -24,6 +24,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from modelforge.data.idx import IMAGES_MAGIC, LABELS_MAGIC, parse_idx, read_idx_bytes
+from modelforge.data.image_files import MAX_PIXELS  # one cap for predict and for training on image folders
 from modelforge.errors import ConfigError, DataError
 from modelforge.files.paths import why_not_readable_file
 
@@ -34,8 +35,6 @@ IDX_SUFFIXES = (".idx", "-ubyte", ".idx.gz", "-ubyte.gz")
 INVERT_CHOICES = ("auto", True, False)
 # invert=auto: an image whose border is brighter than this (of 255) is dark ink on a light ground.
 LIGHT_BORDER = 127.5
-# An image with more pixels is refused (max_pixels=): decoding one takes up to 4 bytes a pixel (color), 1 (gray).
-MAX_PIXELS = 120_000_000
 # A decoded image whose shorter side is 2 * KEEP_SIDE or more is reduced at once (box filter, by a whole factor) to a
 # shorter side of KEEP_SIDE to 2 * KEEP_SIDE - 1, 9 times and more an MNIST-sized model's input side; a JPEG is
 # decoded near that size (Pillow's draft: at 1/2 to 1/8 scale, in gray).
@@ -116,8 +115,14 @@ def find_input_files(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
             found += kept
         else:
             raise DataError(f"inputs: no file or folder {str(entry)!r} (looked for {path.resolve()})")
-    seen: set[tuple[int, int] | Path] = set()
-    return [p for p in found if not (_identity(p) in seen or seen.add(_identity(p)))]  # each file by its first name
+    first: dict[tuple[int, int] | Path, Path] = {}
+    again = [(p, first[key]) for p in found if (key := _identity(p)) in first or first.setdefault(key, p) is not p]
+    again = [(p, f) for p, f in again if p != f]  # a name given twice is plainly one file
+    if again:  # hard links, a symlink and its target, a glob and a name of one file: one row, said
+        log.warning("%d name%s of files already named left out (one row per file): %s", len(again),
+                    "s" if len(again) > 1 else "", ", ".join(f"{p} (= {f})" for p, f in again[:LISTED])
+                    + (f", ... and {len(again) - LISTED:,} more" if len(again) > LISTED else ""))
+    return list(first.values())  # each file by its first name
 
 
 def _identity(path: Path) -> tuple[int, int] | Path:
@@ -205,10 +210,11 @@ def read_image(path: Path, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
                 opened.draft("L", (width * KEEP_SIDE // min(opened.size), height * KEEP_SIDE // min(opened.size)))
             opened.load()
             ImageOps.exif_transpose(opened, in_place=True)
+            sixteen_bit = opened.mode.startswith("I;16")  # reduce() needs mode I, which has no depth of its own
             if (factor := min(opened.size) // KEEP_SIDE) < 2:
-                return _gray(opened)
+                return _gray(opened, sixteen_bit)
             image = opened.convert(_REDUCED_AS[opened.mode]) if opened.mode in _REDUCED_AS else opened  # no copy
-            return _gray(image.reduce(factor))
+            return _gray(image.reduce(factor), sixteen_bit)
     except NonFinitePixels as exc:
         raise DataError(f"{path} has {exc.bad:,} of its {exc.total:,} pixels not a number (NaN or infinite): "
                         "refused, as they leave no scale for the others") from None
@@ -218,13 +224,14 @@ def read_image(path: Path, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
         raise DataError(f"{path} cannot be read as an image ({exc})") from None
 
 
-def _gray(image: Image.Image) -> torch.Tensor:
-    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+def _gray(image: Image.Image, sixteen_bit: bool = False) -> torch.Tensor:
+    from modelforge.data.image_transforms import WIDE_GRAY_MODES, eight_bit  # as a data=image_folder run reads it
+
+    if image.mode in WIDE_GRAY_MODES:
         wide = np.asarray(image, dtype=np.float64)
         if (bad := int(wide.size - np.count_nonzero(np.isfinite(wide)))) > 0:  # one NaN would scale all to black
             raise NonFinitePixels(bad, int(wide.size))
-        scale = 1.0 if wide.max(initial=0) <= 255 else 255.0 / 65535.0
-        return torch.from_numpy(np.clip(np.rint(wide * scale), 0, 255).astype(np.uint8))
+        return torch.from_numpy(np.array(eight_bit(image, sixteen_bit or None), dtype=np.uint8))
     if image.mode in ("RGBA", "LA", "PA") or image.mode == "P" and "transparency" in image.info:
         rgba = image.convert("RGBA")
         image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)

@@ -78,10 +78,8 @@ def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, in
         batch, inverted = prepare_as_run(images, meta["preprocess"], meta.get("normalize"), invert)
     else:
         batch, inverted = prepare(images, meta["input_shape"], meta["normalize"], invert)
-    probs = torch.softmax(runner(batch, chunk=batch_size), dim=1)
     names = [str(n) for n in meta["class_names"]]
-    if probs.shape[1] != len(names):
-        names = [str(k) for k in range(probs.shape[1])]  # metadata of another head: say the indices
+    probs = torch.softmax(class_scores(runner(batch, chunk=batch_size), names, runner.source), dim=1)
     values, indices = probs.topk(min(top_k, probs.shape[1]), dim=1)
     labels = _label_names(images, names, by_number=not meta.get("preprocess"))
     rows = []
@@ -93,6 +91,19 @@ def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, in
             row[f"class_{rank}"], row[f"prob_{rank}"] = names[i], p
         rows.append(row)
     return rows
+
+
+def class_scores(output: torch.Tensor, names: Sequence[str], source: str) -> torch.Tensor:
+    """``output`` when it is a classifier's scores, one per class of ``names`` ([N, K]); else refused, since a
+    headless model's features ([N, 128]) would be read as the scores of 128 classes."""
+    if output.dim() != 2 or output.shape[1] != len(names):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        shape = ", ".join(["N", *map(str, output.shape[1:])])
+        raise ConfigError("ckpt_path", f"{source} outputs [{shape}], not the scores of its "
+                          f"{len(names)} classes ({shown}): predict reads a classifier's scores",
+                          hint="a model without its head (n_classes: null) or of feature maps gives features: "
+                          "predict with the classifier it was cut from")
+    return output
 
 
 def _label_names(images: Sequence[InputImage], names: Sequence[str], by_number: bool) -> list[str | None]:

@@ -45,7 +45,13 @@ class Runner:
                 part = batch[start:start + size]
                 if self.batch_size and len(part) < size:
                     part = torch.cat([part, part.new_zeros((size - len(part), *part.shape[1:]))])
-                outputs.append(self.forward(part)[:len(batch) - start].float())
+                output = self.forward(part)
+                if not isinstance(output, torch.Tensor):  # a feature-map model's dict, a tuple
+                    raise ConfigError("ckpt_path", f"{self.source} returns a {type(output).__name__}, not one "
+                                      "tensor of class scores: predict reads a classifier's scores",
+                                      hint="a model of feature maps (features=[...]) is a backbone: predict with "
+                                      "the classifier it was cut from")
+                outputs.append(output[:len(batch) - start].float())
         return torch.cat(outputs) if outputs else torch.empty(0)
 
 

@@ -32,8 +32,10 @@ class DiskFullError(ModelforgeError, OSError):
 
     def __init__(self, path: Path, needed: int | None, free: int | None = None) -> None:
         folder = path.parent
-        need = f"about {_size(needed)}" if needed else "more space"
-        have = f", {_size(free)} free" if free is not None else ""
+        # figures that round alike ("1.7 MB, 1.7 MB free") read as if it fitted: then in bytes, which decided it
+        size = _size if None in (needed, free) or _size(needed) != _size(free) else (lambda n: f"{n:,} bytes")
+        need = f"about {size(needed)}" if needed else "more space"
+        have = f", {size(free)} free" if free is not None else ""
         super().__init__(errno.ENOSPC, f"no space left in {folder} to write {path.name}: it needs {need}{have}; "
                          "the files written before are kept")
         self.path, self.needed = path, needed

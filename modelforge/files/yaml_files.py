@@ -69,17 +69,42 @@ def check_yaml_file(path: str | Path) -> None:
     Raises:
         ConfigError: naming the file (and ``file:line:column`` for a syntax error).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(str(path), "config file not found")
+    root = _composed(Path(path))
+    if root is not None:
+        _expanded_size(root, Path(path))
+
+
+def bound_yaml_file(path: str | Path) -> None:
+    """:func:`check_yaml_file`'s bounds on a file of a user's config folder, which a run may never read: a file
+    that does not parse is left to Hydra, whose error names it where a run reads it (a CI file is no config)."""
     try:
-        root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        root = _composed(Path(path))
+    except ConfigError as exc:
+        if isinstance(exc.__context__, (yaml.YAMLError, UnicodeDecodeError)):
+            return
+        raise
+    if root is not None:
+        _expanded_size(root, Path(path))
+
+
+MAX_YAML_BYTES = 16 * 2**20  # a hand-written config is some kilobytes
+
+
+def _composed(path: Path) -> yaml.Node | None:
+    """The YAML node tree of a config file (aliases not expanded), read only when it is a file of a config's size."""
+    if not path.exists():
+        raise ConfigError(str(path), "config file not found")
+    if not path.is_file():  # a FIFO or a device would block or never end; Hydra too reads regular files only
+        raise ConfigError(str(path), "is not a regular file (a FIFO, a device, a folder): a config is read from a file")
+    if (size := path.stat().st_size) > MAX_YAML_BYTES:
+        raise ConfigError(str(path), f"is {size:,} bytes: a config file is at most {MAX_YAML_BYTES:,}",
+                          hint="a config that large is a mistake or a data file; keep data out of the config folder")
+    try:
+        return yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), f"cannot read the file: {exc}") from None
     except yaml.YAMLError as exc:
         raise _parse_error(path, exc) from None
-    if root is not None:
-        _expanded_size(root, path)
 
 
 def load_yaml_file(path: str | Path) -> DictConfig | ListConfig:

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig
 
-from modelforge.config import conf_dir, config_groups, yaml_file_error
-from modelforge.config_shadows import check_not_shadowed
+from modelforge.config import bound_yaml_file, conf_dir, config_groups, yaml_file_error
+from modelforge.config_shadows import check_not_shadowed, selected_configs, unread_file_error, user_yaml_files
 from modelforge.errors import ConfigError, closest_names
 from modelforge.models.definitions import defaults_cycle, missing_defaults_hint
 
@@ -40,13 +40,15 @@ def compose_model(name: str, overrides: Sequence[str], folders: Sequence[Path]) 
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    for folder in folders[1:]:
-        check_not_shadowed(folder)
+    for path in (p for folder in folders[1:] for p in user_yaml_files(folder)):
+        bound_yaml_file(path)  # Hydra parses what it selects: bombs never reach it
     extra = [f"hydra.searchpath=[file://{folder}]" for folder in folders[1:]]
     saved = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            loader = GlobalHydra.instance().config_loader()
+            check_not_shadowed(folders[1:], selected_configs(loader, PRIMARY, [[f"model={name}", *extra]], False))
             try:
                 return compose(PRIMARY, overrides=[f"model={name}", *extra, *map(model_override, overrides)])
             except (HydraException, OmegaConfBaseException) as exc:
@@ -82,6 +84,8 @@ def _refused(exc: Exception, name: str, overrides: Sequence[str], folders: Seque
         return ConfigError(key, f"cannot {verb} it: model {name!r} has no key {last!r}"
                            + (f" at {parent!r}" if parent else ""),
                            allowed=keys or None, suggestions=closest_names(last, keys), hint=hint)
+    if unread := unread_file_error(folders[1:], f"model/{name}"):
+        return unread
     models = config_groups().get("model", [])
     known = any(Path(folder, "model", f"{name}.yaml").is_file() for folder in folders)
     return ConfigError("model", f"cannot compose model {name!r}: {message}",

@@ -139,6 +139,9 @@ def _check_config(nodes: Mapping[str, Any], in_channels: int, input_size: Sequen
     if features is not None and not features:
         raise ConfigError(f"{path}.features", "names no node", hint="name the nodes whose outputs you want, "
                           "e.g. [layer2, layer3, layer4], or leave features out (null) for the model's output")
+    if features and (twice := sorted({str(f) for f in features if list(map(str, features)).count(str(f)) > 1})):
+        raise ConfigError(f"{path}.features", f"names {', '.join(map(repr, twice))} more than once: the model "
+                          "returns one map per node", hint="name each node once")
     composites, table = parse_graph(nodes, output, blocks, path, features)
     chosen = choose_scale(scales, scale, path)
     scope = _model_scope(in_channels, input_size, n_classes, params, path)
@@ -191,6 +194,10 @@ def build_graph(
     with torch.no_grad():  # the init rules fill weights in place; the dry run needs no graph of its own
         graph, output_value = builder.build(table, (empty_batch(*input_shape),), scope, top=True)
     check_param_count(graph, max_params, path)  # blocks too large alone were refused before being made
+    if features and (left := [str(ref) for ref in table.output if ref.node not in graph]):
+        raise ConfigError(f"{path}.features", f"names {', '.join(map(repr, left))}, which this model leaves out "
+                          "(n_classes null leaves out the head; a false `when` its node): the map would be "
+                          "another node's, passed on under that name", hint="name nodes the model keeps")
     single = isinstance(output_value, Tensor)
     model = GraphModel(graph, input_shape, tuple(output_value.shape[1:]) if single else None,
                        source_label(graph.output[0]) if single else None,

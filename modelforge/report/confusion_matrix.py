@@ -65,6 +65,10 @@ def draw_confusion_matrix(counts: Tensor, path: Path, class_names: Sequence[str]
 
     n = counts.shape[0]
     names = list(class_names) if len(class_names) == n else [str(k) for k in range(n)]
+    if missing := _without_glyphs(names):  # matplotlib would warn per character and draw an empty box
+        log.info("confusion matrix: classes drawn as their numbers, as the font has no glyph for %s (%s)",
+                 " ".join(sorted(missing)), ", ".join(f"{k}: {name}" for k, name in enumerate(names)))
+        names = [str(k) for k in range(n)]
     shares = (counts.double() / counts.sum(1, keepdim=True).clamp(min=1)).numpy()
     size = 2.0 + 0.45 * n
     fig = Figure(figsize=(size + 1.0, size), layout="constrained")
@@ -85,6 +89,14 @@ def draw_confusion_matrix(counts: Tensor, path: Path, class_names: Sequence[str]
     if title:
         ax.set_title(title, fontsize=9)
     return save_png(fig, path)
+
+
+def _without_glyphs(names: Sequence[str]) -> set[str]:
+    """The characters of ``names`` that matplotlib's default font cannot draw (a class named 猫)."""
+    from matplotlib import font_manager
+
+    font = font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
+    return {c for name in names for c in name if not c.isspace() and font.get_char_index(ord(c)) == 0}
 
 
 def write_confusion_matrix(counts: Tensor, run_dir: Path, class_names: Sequence[str] = (),

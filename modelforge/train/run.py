@@ -252,6 +252,8 @@ def check_eval(cfg: Mapping[str, Any] | DictConfig) -> EvalPlan:
     stored = ckpt["hyper_parameters"]["config"]
     data_config = eval_data_config(plain.get("data") or {}, stored.get("data") or {})
     datamodule = build_datamodule(data_config)
+    if hasattr(datamodule, "tests_only"):  # an IDX data set: its val_size splits images eval does not read
+        datamodule.tests_only = True
     datamodule.prepare_data()
     model = build_model(stored["model"])
     model_classes = int(ckpt["hyper_parameters"].get("n_classes") or getattr(datamodule, "n_classes", 10))

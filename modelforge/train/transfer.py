@@ -36,10 +36,11 @@ from modelforge.deploy.load import (
 )
 from modelforge.errors import CheckpointError, ConfigError, closest_globs, closest_paths
 from modelforge.train.freeze import Frozen, FrozenWeights, _listing, freeze
-from modelforge.weights.hub import fetch
+from modelforge.weights.hub import cache_path, fetch
 from modelforge.weights.pairing import Pairing, PairingError, pair_by_structure, shapes_of
-from modelforge.weights.safetensors_file import is_safetensors, keeps_order
+from modelforge.weights.safetensors_file import check_declared_sizes, is_safetensors, keeps_order
 from modelforge.weights.torchvision_zoo import (
+    TorchvisionWeights,
     is_torchvision_source,
     near_prefix,
     preprocessing_note,
@@ -202,10 +203,14 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
         ConfigError: a glob of ``mapping`` that matches no tensor of the file.
     """
     hub = torchvision_weights(str(path), key) if is_torchvision_source(path) else None
+    wanted = model.state_dict()
+    if hub is not None and not cache_path(hub).is_file():
+        _pairs_before_download(hub, wanted, key)
     source, chosen = (fetch(hub, key), hub.label) if hub else resolve_checkpoint(path, key)  # a run directory: its ckpt
     source = Path(os.path.abspath(source))  # printed whole, as the run directory is
+    if is_safetensors(source):  # its header may declare gigabytes over a sparse file: checked before mapping
+        check_declared_sizes(source, key, most_values=sum(t.numel() for t in wanted.values()))
     weights, averaging = read_weights(source, key)
-    wanted = model.state_dict()
     weights = rename(_strip_wrapper_prefix(weights, wanted), mapping or {}, source)
     weights, constants = _without_constants(weights, model, wanted)
     pairing = None
@@ -231,6 +236,11 @@ def load_init_weights(model: nn.Module, path: str | Path, mapping: Mapping[str, 
         raise CheckpointError(f"{key}: no tensor of {source} fits this model: " + "; ".join(report.problems())
                               + "\n  hint: init.map={old.*:new.*} renames the file's tensors to the model's names "
                                 "(`python -m modelforge summary` lists them)")
+    if kinds := [f"{k} is {weights[k].dtype} for the model's {wanted[k].dtype}" for k in report.loaded
+                 if weights[k].is_floating_point() != wanted[k].is_floating_point()]:
+        raise CheckpointError(f"{key}: {source}: {_first(kinds)}: integer or bool tensors are no weights of "
+                              "floating-point parameters (nor the reverse), and copying would cast them without a "
+                              "word; refused")
     model.load_state_dict({k: weights[k] for k in report.loaded}, strict=False)
     return report
 
@@ -249,6 +259,24 @@ def _without_constants(weights: dict[str, torch.Tensor], model: nn.Module,
     skipped = tuple(n for n, t in weights.items() if n not in wanted and not t.is_floating_point() and any(
         c.dtype == t.dtype and c.numel() == t.numel() and torch.equal(c.flatten(), t.flatten()) for c in constants))
     return {n: t for n, t in weights.items() if n not in skipped}, skipped
+
+
+def _pairs_before_download(hub: TorchvisionWeights, wanted: Mapping[str, torch.Tensor], key: str) -> None:
+    """Refuse torchvision's weights that would not pair with the model, before downloading them: the file's shapes
+    are those of the zoo's model of that name built as torchvision's (3 channels, 1000 classes, its crop size), on
+    the meta device (no memory)."""
+    from modelforge.build import create_model
+
+    size = hub.crop_size
+    with torch.device("meta"):
+        theirs = create_model(hub.model, ["in_channels=3", "n_classes=1000", f"input_size=[{size},{size}]"])
+    try:
+        pair_by_structure(shapes_of(theirs.state_dict()), shapes_of(wanted), source=hub.label)
+    except PairingError as exc:
+        raise CheckpointError(f"{key}: {hub.label} would not load into this model, so it was not downloaded: its "
+                              f"tensors (named as the zoo's {hub.model} built as torchvision's) do not pair with the "
+                              f"model's by structure: {exc.reason}\n  hint: {exc.hint}"
+                              ) from None
 
 
 def _paired(weights: dict[str, torch.Tensor], wanted: Mapping[str, torch.Tensor], source: Path, key: str,

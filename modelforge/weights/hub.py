@@ -10,6 +10,7 @@ checked against its hash too: it may have been put there by hand.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -39,9 +40,20 @@ def fetch(weights: TorchvisionWeights, key: str = "init.from") -> Path:
             SHA-256 is not the one its name gives.
     """
     path = cache_path(weights)
+    if os.path.lexists(path) and not path.is_file():  # a folder or a link to nothing where the file goes
+        raise CheckpointError(f"{key}: {path}, where torch.hub keeps {weights.file}, is not a file (a folder, or a "
+                              "link that leads nowhere): remove it, and run again to download the file there")
     if not path.is_file():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"{key}: cannot make torch.hub's cache folder {path.parent} ({exc.strerror or exc}) "
+                                  f"to download {weights.label} into: set TORCH_HOME to a folder you can write") from None
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise CheckpointError(f"{key}: torch.hub's cache folder {path.parent} is not writable: "
+                                  f"{weights.label} cannot be downloaded into it; set TORCH_HOME to a folder you can "
+                                  f"write, or put {weights.url} at {path}")
+        try:
             torch.hub.download_url_to_file(weights.url, str(path), hash_prefix=hash_prefix(weights),
                                            progress=sys.stderr.isatty())
         except OSError as exc:  # URLError, a refused connection, a timeout, a full disk

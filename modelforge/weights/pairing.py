@@ -41,6 +41,10 @@ class PairingError(CheckpointError):
 HINT = ("build the model the weights were made for (torchvision's: model.in_channels=3; vit_b_16 at 224x224 for its "
         "position embedding), or give init.map={old.*:new.*} to pair by name")
 
+# Only the file's last tensors left over: its head, which a model without one (n_classes: null) lacks.
+HEADLESS_HINT = ("the file's last tensors are a head this model lacks (n_classes: null): load the file into the "
+                 "whole model, then copy its state_dict into the backbone (own-project.md, Backbones)")
+
 
 @dataclass(frozen=True)
 class Pairing:
@@ -101,7 +105,8 @@ def pair_by_structure(file: Shapes, model: Shapes, source: str = "the file") -> 
         unused, left_file = tuple(left_file), []  # the model ends earlier than the file's network
     head = _head(left_model, left_file, wanted, list(file), model, file)
     if head is None:
-        raise PairingError(source, _unpaired(left_model, left_file, model, file), HINT)
+        file_head = not left_model and left_file == list(file)[len(file) - len(left_file):]
+        raise PairingError(source, _unpaired(left_model, left_file, model, file), HEADLESS_HINT if file_head else HINT)
     _check_modules(pairs, model, file, source)
     return Pairing(pairs, head, skipped, unused)
 

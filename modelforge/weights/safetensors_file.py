@@ -10,6 +10,8 @@ tensors with a model's by structure needs the order they were registered in.
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,11 +32,53 @@ def is_safetensors(path: str | Path) -> bool:
     return Path(path).suffix.lower() == SUFFIX
 
 
+def declared_tensors(path: str | Path) -> dict[str, tuple[list[int], int]]:
+    """Each tensor's shape and size in bytes as the file's header declares them, read without mapping the data
+    (a header may declare 40 GB over a sparse file); none where the header cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            length = int.from_bytes(file.read(8), "little")
+            if not 0 < length <= MAX_HEADER_BYTES:
+                raise ValueError(f"a header of {length:,} bytes")
+            header = json.loads(file.read(length))
+        return {name: ([int(d) for d in entry["shape"]], math.prod(int(d) for d in entry["shape"])
+                       * _DTYPE_BYTES.get(entry["dtype"], 8))
+                for name, entry in header.items() if name != "__metadata__"}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}  # a damaged header: the safetensors package's reading says what is wrong
+
+
+def check_declared_sizes(path: str | Path, key: str = "init.from", *, most_values: int | None = None) -> None:
+    """Refuse, before anything is mapped, a file whose header declares more bytes than this machine's memory, or
+    (``most_values``: the model's values in all) one tensor larger than the whole model it is to load into."""
+    declared = declared_tensors(path)
+    if not declared:
+        return
+    name, (shape, size) = max(declared.items(), key=lambda item: item[1][1])
+    total = sum(size for _, size in declared.values())
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+    if memory and total > memory:
+        raise CheckpointError(f"{key}: {path} declares {total / 1e9:,.1f} GB of tensors ({name}: {shape}, "
+                              f"{size / 1e9:,.1f} GB), more than this machine's {memory / 1e9:,.1f} GB of memory: "
+                              "refused before reading")
+    if most_values is not None and (values := math.prod(shape)) > most_values:
+        raise CheckpointError(f"{key}: {path} declares {name} of shape {shape} ({values:,} values, "
+                              f"{size / 1e9:,.1f} GB), more than this whole model's {most_values:,}: not weights of "
+                              "this model; refused before reading")
+
+
+MAX_HEADER_BYTES = 100_000_000  # the safetensors package's own limit
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+                "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+
+
 def read_safetensors(path: str | Path, key: str = "init.from") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors of a ``.safetensors`` file (in state_dict order where the header keeps it, else by name) and the
-    strings of its header; a damaged file is one CheckpointError."""
+    strings of its header; a damaged file, or one that declares more than this machine's memory, is one
+    CheckpointError."""
     from safetensors import SafetensorError, safe_open
 
+    check_declared_sizes(path, key)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = dict(handle.metadata() or {})

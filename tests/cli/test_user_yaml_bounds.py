@@ -34,9 +34,10 @@ def test_alias_bomb_in_user_yaml_is_one_error(run_main, tmp_path: Path, where: s
 def test_syntax_error_in_a_config_dir_names_file_line_and_column(run_main, tmp_path: Path) -> None:
     (tmp_path / "cfg" / "model").mkdir(parents=True)
     (tmp_path / "cfg" / "model" / "broken.yaml").write_text("name: cnn\nenc_sizes: [32, 64\n")
-    result = run_main("summary", "--config-dir", str(tmp_path / "cfg"), "model=cnn")
+    result = run_main("summary", "--config-dir", str(tmp_path / "cfg"), "model=broken")
     assert result.returncode == 2
     assert "broken.yaml:3:1: invalid YAML: while parsing a flow sequence" in result.stderr, result.stderr
+    assert run_main("summary", "--config-dir", str(tmp_path / "cfg"), "model=cnn").returncode == 0  # not read
 
 
 HUGE_REPEAT = """\

@@ -148,3 +148,11 @@ def test_a_full_disk_fails_with_one_message_and_keeps_the_last_good_checkpoint(r
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best-epoch01.ckpt", "last.ckpt"]
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_figures_that_round_alike_are_given_in_bytes(tmp_path: Path) -> None:
+    """'it needs about 1.7 MB, 1.7 MB free' read as if it fitted: the bytes that decided it are given instead."""
+    error = DiskFullError(tmp_path / "model.pt2", 1_812_345, 1_790_112)
+    assert str(error) == (f"no space left in {tmp_path} to write model.pt2: it needs about 1,812,345 bytes, 1,790,112 "
+                          "bytes free; the files written before are kept")
+    assert "about 2.0 KB, 1.0 KB free" in str(DiskFullError(tmp_path / "m", 2048, 1024))

@@ -101,3 +101,13 @@ def test_images_of_another_shape_are_refused_with_the_run_s_data_as_the_hint(run
     assert result.stderr == ("error: data: data 'idx' has images of shape [1, 20, 20], but the checkpoint's model "
                              f"takes [1, 28, 28]\n  hint: test it on images like those it was trained on: data=mnist "
                              f"data.data_dir={tiny_mnist}\n")
+
+
+def test_a_validation_size_is_not_checked_against_data_eval_only_tests_on(run_main, mnist_run: Path,
+                                                                          three_classes: Path, tmp_path: Path) -> None:
+    """idx's val_size of 5,000 images splits training images eval never reads: 96 of them are no refusal."""
+    result = run_main("eval", f"ckpt_path={mnist_run}", "data=idx", f"data.data_dir={three_classes}",
+                      f"hydra.run.dir={tmp_path / 'e'}")
+    assert result.returncode == 0, result.stderr
+    counts = json.loads((tmp_path / "e" / "eval_metrics.json").read_text())["confusion_matrix"]
+    assert sum(map(sum, counts)) == 30  # the 30 test images of the 3-class set

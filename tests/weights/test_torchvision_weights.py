@@ -16,6 +16,7 @@ from modelforge import CheckpointError, ConfigError, build_model, create_model
 from modelforge.train.transfer import apply_transfer
 from modelforge.weights.hub import cache_path, fetch
 from modelforge.weights.torchvision_zoo import TORCHVISION_WEIGHTS, TorchvisionWeights, torchvision_weights
+from tests.data.image_folder_helpers import write_image_folder
 from tests.models.test_torchvision_parity import randomize, tv_models
 
 # The zoo's models written after torchvision and the image side they are compared at (convolutions take any size:
@@ -158,8 +159,9 @@ def no_network() -> Iterator[dict[str, str]]:
 def test_without_network_torchvision_weights_are_one_line_naming_the_url_and_the_cache_path(
         cli, no_network: dict[str, str], tmp_path: Path) -> None:
     env = {**no_network, "TORCH_HOME": str(tmp_path / "torch")}
+    write_image_folder(tmp_path / "images", n_classes=2)  # colour: a model the weights pair with, so it downloads
     result = cli("train", "model=resnet18", "init.from=torchvision:resnet18", f"hydra.run.dir={tmp_path / 'run'}",
-                 "data.download=false", "data.verify=false", f"data.data_dir={tmp_path}", cwd=tmp_path, env=env)
+                 "data=image_folder", f"data.root={tmp_path / 'images'}", cwd=tmp_path, env=env)
     assert result.returncode == 2, result.stderr
     expected = (f"error: init.from: cannot download torchvision:resnet18.IMAGENET1K_V1 from "
                 f"https://download.pytorch.org/models/resnet18-f37072fd.pth (")
