@@ -35,11 +35,10 @@ def _check_init(init: Mapping[str, Any], path: str) -> None:
 @contextlib.contextmanager
 def naming_definitions(files: ModelFiles | None = None, path: str = "model") -> Iterator[None]:
     """An error inside a composite block gets the file and line that define the block (``files``: those of
-    the model; by default the Hydra run's, if one is in progress)."""
+    the model; None: the error stands as it is, for an enclosing call that knows them)."""
     try:
         yield
     except ConfigError as exc:
-        files = files or ModelFiles.of_hydra_run()
         where = files.locate(exc.path, path) if files is not None else None
         if where is None or "defined at" in exc.problem:
             raise
@@ -179,7 +178,7 @@ def create_model(
 
 def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFiles | None = None) -> nn.Module:
     """:func:`build_model` of a config that :func:`validate_model_config` returned (not checked again);
-    ``files``: where the model's composites are written, for errors (the Hydra run's by default)."""
+    ``files``: where the model's composites are written, for errors."""
     values = dict(checked) if isinstance(checked, Mapping) else {
         f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)  # no deep copy: plain values
     }
@@ -219,9 +218,9 @@ def drop_signature_defaults(cfg: dict[str, Any], where: str) -> dict[str, Any]:
 
 def model_label(cfg: Mapping[str, Any], files: ModelFiles | None = None) -> str:
     """How a run names its model: ``cnn``, or the model file a graph was composed from (``resnet18``,
-    ``configs/my.yaml`` -> ``my``) with its scale (``yolov8_cls (scale s)``). ``files``: the Hydra run's by default."""
+    ``configs/my.yaml`` -> ``my``) with its scale (``yolov8_cls (scale s)``). ``files``: the model option it was
+    composed from (without them, a graph is ``graph``)."""
     name = str(cfg.get("name"))
-    files = files or ModelFiles.of_hydra_run()
     label = Path(files.model).stem if files is not None and name == "graph" else name
     return f"{label} (scale {cfg['scale']})" if cfg.get("scales") and cfg.get("scale") is not None else label
 
