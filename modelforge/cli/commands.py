@@ -31,7 +31,7 @@ def train_task(cfg: DictConfig) -> float:
     from modelforge.train import train
 
     run_dir, context = job_context()
-    run = take_checked(cfg, run_dir)  # checked before Hydra made the run directory (a sweep's job: checked by train)
+    run, context = take_checked(cfg, run_dir, context)  # checked and claimed before Hydra made the run directory
     # The sweep attaches its callbacks from here, above both: an Optuna trial's run reports to its trial.
     monitor = run.get("monitor", "val/acc") if isinstance(run, DictConfig) else run.monitor
     job = HydraConfig.get().job.get("num")  # a sweep's job number: which Optuna trial this run reports to
@@ -43,7 +43,8 @@ def eval_task(cfg: DictConfig) -> dict[str, float]:
     from modelforge.train.run import evaluate  # loads Lightning
 
     run_dir, context = job_context()
-    return evaluate(take_checked(cfg, run_dir), run_dir, context=context)
+    plan, context = take_checked(cfg, run_dir, context)
+    return evaluate(plan, run_dir, context=context)
 
 
 def _imported(module: str, name: str) -> Callable[[DictConfig], Any]:

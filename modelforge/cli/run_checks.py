@@ -7,6 +7,7 @@ task validated. ShareRunDir gives every rank of a torchrun or srun launch rank 0
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from modelforge.errors import ConfigError, ModelforgeError
 from modelforge.models.definitions import ModelFiles
 from modelforge.train import launch
 from modelforge.train.context import RunContext
-from modelforge.train.records import claim_run_dir, forget_claims_for_tasks, refuse
+from modelforge.train.records import claim_run_dir, refuse
 
 # The checked run of each run directory, from on_run_start to the task of that directory. Hydra builds its callbacks
 # from the config and hands the task a deep copy of the config: no public API carries an object from one to the
@@ -58,7 +59,7 @@ class CheckBeforeRun(Callback):
         context = run_context(config.hydra)
         try:
             run_config = validate_run_config(_task_config(config), context)
-            claim_run_dir(run_dir, for_task=True, dir_key=context.dir_key)
+            claim_run_dir(run_dir, dir_key=context.dir_key)
         except ModelforgeError as exc:
             refuse(exc)
         _checked[os.path.abspath(run_dir)] = run_config
@@ -77,21 +78,22 @@ class CheckEvalBeforeRun(Callback):
             context = run_context(config.hydra)
             plan = check_eval(_task_config(config), context)
             run_dir = Path(str(config.hydra.run.dir))
-            claim_run_dir(run_dir, str(config.hydra.job.name), for_task=True, dir_key=context.dir_key)
+            claim_run_dir(run_dir, str(config.hydra.job.name), dir_key=context.dir_key)
         except ModelforgeError as exc:
             refuse(exc)
         _checked[os.path.abspath(run_dir)] = plan
 
 
-def take_checked(cfg: Any, run_dir: Path) -> Any:
-    """The run ``on_run_start`` checked for ``run_dir``, else ``cfg`` as given (a sweep's job: checked by train)."""
-    return _checked.pop(os.path.abspath(run_dir), cfg)
+def take_checked(cfg: Any, run_dir: Path, context: RunContext) -> tuple[Any, RunContext]:
+    """The run ``on_run_start`` checked for ``run_dir``, with ``context`` saying that it claimed the directory; else
+    ``cfg`` and ``context`` as given (a sweep's job: ``train`` checks and claims)."""
+    checked = _checked.pop(os.path.abspath(run_dir), None)
+    return (cfg, context) if checked is None else (checked, dataclasses.replace(context, claimed=True))
 
 
 def forget_checked() -> None:
-    """Drop a checked run (and a run directory claim) that no task took: it must not reach the next command."""
+    """Drop a checked run that no task took: it must not reach the next command (its claim stays on disk)."""
     _checked.clear()
-    forget_claims_for_tasks()
 
 
 def share_run_dir(config: DictConfig) -> None:

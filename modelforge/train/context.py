@@ -18,6 +18,7 @@ class RunContext:
     dir_key: str = "run_dir"  # the key an error names for the run directory (``hydra.run.dir`` from the CLI)
     model_files: ModelFiles | None = None  # the model file and config folders: an error's file:line, the run's label
     writes_log: bool = True  # train() writes train.log itself; False where the caller's logging does (Hydra's job)
+    claimed: bool = False  # the caller claimed the run directory for this run (the CLI does, before Hydra writes)
 
     def chosen(self, group: str) -> bool:
         """Whether ``group``'s option was chosen: by the config from Python, on the command line (``data=idx``)."""

@@ -28,10 +28,6 @@ RUN_FILES = (*FINAL_RECORDS, "config.yaml")
 CLAIM_FILE = ".run_claim"  # who claimed the directory: pid, host, time, command
 SETUP_LEFTOVERS = {CLAIM_FILE, "metrics.json", ".hydra", "train.log"}  # all that a run failed at setup leaves
 
-# Directories a Hydra callback of this process claimed for the task Hydra runs next: that
-# task's own claim_run_dir takes the claim over, once.
-_claimed_for_task: set[str] = set()
-
 
 def check_run_dir(run_dir: Path, command: str, dir_key: str = "run_dir") -> None:
     """Raise ConfigError when ``run_dir`` holds a run (``command`` would overwrite its record) or another run claimed it;
@@ -89,26 +85,19 @@ def _take_over(run_dir: Path) -> bool:
     return True
 
 
-def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = False,
-                  dir_key: str = "run_dir") -> None:
+def claim_run_dir(run_dir: Path, command: str = "train", *, dir_key: str = "run_dir") -> None:
     """Make ``run_dir`` this run's own, atomically (O_EXCL claim file), or raise ConfigError.
 
-    Call it after every config check and before anything is written there. ``for_task``: a
-    Hydra callback claims for the task Hydra runs next here, whose own call takes it over. ``dir_key``: as
+    Call it after every config check and before anything is written there. ``dir_key``: as
     :func:`check_run_dir`'s. Of ranks that torchrun or srun started together, rank 0 claims and the others take its verdict.
     """
     if launch.global_rank() > 0 and not launch.started_together():
         return  # Lightning started this rank after its rank 0 had claimed; it writes no records there
     key = os.path.abspath(run_dir)
-    if key in _claimed_for_task:
-        _claimed_for_task.discard(key)
-        return
     claimed = launch.rank_zero_decides("run_dir_claim", lambda: _claim(run_dir, command, key, dir_key))
     if claimed != key:
         raise ConfigError(dir_key, f"rank 0 claimed {claimed}, but rank {launch.global_rank()} was given {key}",
                           hint="give every rank the same hydra.run.dir (or none: rank 0 picks one for all)")
-    if for_task:
-        _claimed_for_task.add(key)
 
 
 def _claim(run_dir: Path, command: str, key: str, dir_key: str) -> str:
@@ -135,11 +124,6 @@ def _claim(run_dir: Path, command: str, key: str, dir_key: str) -> str:
     finally:
         os.close(fd)
     return key
-
-
-def forget_claims_for_tasks() -> None:
-    """Drop claims made for a task that never ran: a later run in this process must claim anew."""
-    _claimed_for_task.clear()
 
 
 def _taken(run_dir: Path, dir_key: str) -> ConfigError:

@@ -89,10 +89,10 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
     # batch while training, at once before.
     with stop_signals() as received, contextlib.closing(phases):  # the next run's set-up is timed from its end
-        with _recorded_setup_failure(run_dir, context, claimed=False):  # a bad config creates no run directory
+        with _recorded_setup_failure(run_dir, context, claimed=context.claimed):  # a bad config: no run directory
             run = validate_run_config(cfg, context)
-        # Atomic, before anything is written there (the CLI claimed it before Hydra wrote: taken over).
-        claim_run_dir(run_dir, "train", dir_key=context.dir_key)
+        if not context.claimed:  # atomic, before anything is written there (the CLI claims before Hydra writes)
+            claim_run_dir(run_dir, "train", dir_key=context.dir_key)
         # From the CLI, Hydra's job logging writes train.log.
         logging_here = run_log(run_dir / "train.log", launch.global_rank()) if context.writes_log else \
             contextlib.nullcontext()
@@ -287,7 +287,8 @@ def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path
         log.info("evaluating the %s weights of %s (the run averaged its weights; the trained ones are its "
                  "current_model_state)", averaging, ckpt_path)
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir("eval")  # as the CLI: outputs/eval/...
-    claim_run_dir(run_dir, "eval", dir_key=context.dir_key)  # its eval_metrics.json must replace no earlier record (the CLI's: taken over)
+    if not context.claimed:  # its eval_metrics.json must replace no earlier record (the CLI claims before Hydra writes)
+        claim_run_dir(run_dir, "eval", dir_key=context.dir_key)
     for plugin in plugins:  # what a plugin checks as it attaches (feature_capture: where its images go)
         plugin.attach(model, run_dir=run_dir).remove()
     trainer_options = eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {}, context)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 from modelforge.config import conf_dir
 from modelforge.errors import ConfigError
@@ -40,7 +41,7 @@ def test_train_in_a_hydra_job_behaves_as_from_python(tiny_mnist: Path, tmp_path:
         full = compose("train", overrides=[f"data.data_dir={tiny_mnist}", *TINY, "curves=false", "model=mlp",
                                            "model.hidden_sizes=[8]", "trainer.fast_dev_run=true"],
                        return_hydra_config=True)
-    cfg = {k: v for k, v in full.items() if k != "hydra"}
+    cfg = OmegaConf.masked_copy(full, [k for k in full if k != "hydra"])
     HydraConfig.instance().set_config(full)
     try:
         assert HydraConfig.initialized()
