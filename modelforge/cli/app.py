@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf import errors as omegaconf_errors
 
 from modelforge import errors
-from modelforge.cli.run_checks import forget_checked
+from modelforge.cli.run_checks import Task
 from modelforge.config import check_yaml_file, conf_dir, load_yaml_file, omegaconf_error, yaml_file_error
 from modelforge.config_shadows import check_not_shadowed
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
@@ -61,14 +61,14 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
     cmd = CommandLine(parser.parse_intermixed_args(argv), config_name, argv)  # a bad flag exits as Hydra would
     users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]
 
-    def job(cfg: DictConfig) -> Any:  # the task in the user's environment, its errors reported as ours
+    def job(cfg: DictConfig, checked: Any) -> Any:  # the task in the user's environment, its errors reported as ours
         sweep, saved_argv = HydraConfig.get().mode == RunMode.MULTIRUN, sys.argv
         _set_env(FULL_ERROR, users_full_error)  # the user's, for the job and the DDP ranks it starts
         # DDP ranks re-run sys.argv: in a sweep, this job
         sys.argv = sweep_job_argv(command, HydraConfig.get()) if sweep else saved_argv
         try:
             with fresh_ddp_state():
-                return task(cfg)
+                return task(cfg) if checked is None else task(cfg, checked)
         except (RunStopped, ModelforgeError) as exc:
             if not sweep or getattr(exc, "ends_sweep", False):
                 refuse(exc)  # with its exit code; a signal ends the sweep too
@@ -89,7 +89,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         # Hydra's public entry, @hydra.main, parses sys.argv itself with parse_args, which stops at a flag given
         # after an override (`train model=x --config-dir d`), and checks and prepares nothing before composing:
         # _run_hydra is what it calls with the arguments parsed, and no public API takes parsed arguments.
-        hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=job, config_path=str(conf_dir()),
+        hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=Task(job), config_path=str(conf_dir()),
                                config_name=config_name)
         exit_if_jobs_failed()  # a sweep that went on past failed jobs (Optuna) still fails the command
         return 0
@@ -102,7 +102,6 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         return EXIT_CONFIG_ERROR
     finally:
         _set_env(FULL_ERROR, users_full_error)
-        forget_checked()
 
 
 def _help_groups() -> str:

@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from modelforge.build import build_model, model_config_from_run, model_label, naming_definitions
-from modelforge.cli.run_checks import job_context, take_checked
+from modelforge.cli.run_checks import job_context
 from modelforge.config import conf_dir, load_yaml_file, to_plain
 from modelforge.errors import UnknownNameError
 from modelforge.hooks import build_hook_plugins
@@ -25,26 +25,27 @@ from modelforge.inspect import model_graph, summary
 from modelforge.registry import REGISTRIES
 
 
-def train_task(cfg: DictConfig) -> float:
-    """Train one configuration; the returned metric is what sweepers optimize."""
+def train_task(cfg: DictConfig, checked: Any = None) -> float:
+    """Train one configuration; the returned metric is what sweepers optimize. ``checked``: the run CheckBeforeRun
+    checked, and claimed the directory for, before Hydra made it (None in a sweep's job: train checks and claims)."""
     from modelforge.sweep.pruning import trial_callbacks  # loads Lightning
     from modelforge.train import train
 
-    run_dir, context = job_context()
-    run, context = take_checked(cfg, run_dir, context)  # checked and claimed before Hydra made the run directory
+    run_dir, context = job_context(claimed=checked is not None)
+    run = cfg if checked is None else checked
     # The sweep attaches its callbacks from here, above both: an Optuna trial's run reports to its trial.
     monitor = run.get("monitor", "val/acc") if isinstance(run, DictConfig) else run.monitor
     job = HydraConfig.get().job.get("num")  # a sweep's job number: which Optuna trial this run reports to
     return train(run, run_dir, callbacks=trial_callbacks(monitor, job), context=context)
 
 
-def eval_task(cfg: DictConfig) -> dict[str, float]:
-    """Test a checkpoint; its config, checkpoint and data were checked before Hydra made the run directory."""
+def eval_task(cfg: DictConfig, checked: Any = None) -> dict[str, float]:
+    """Test a checkpoint; its config, checkpoint and data were checked (``checked``: the plan) before Hydra made the
+    run directory."""
     from modelforge.train.run import evaluate  # loads Lightning
 
-    run_dir, context = job_context()
-    plan, context = take_checked(cfg, run_dir, context)
-    return evaluate(plan, run_dir, context=context)
+    run_dir, context = job_context(claimed=checked is not None)
+    return evaluate(cfg if checked is None else checked, run_dir, context=context)
 
 
 def _imported(module: str, name: str) -> Callable[[DictConfig], Any]:

@@ -3,12 +3,13 @@ that check a run before Hydra writes anything.
 
 CheckBeforeRun (``train``) and CheckEvalBeforeRun (``eval``) check a run's config and directory after Hydra composes,
 before it writes there: a refusal leaves nothing behind; a config that passes claims the directory and reaches the
-task validated. ShareRunDir gives every rank of a torchrun or srun launch rank 0's run directory."""
+task validated (handed over through Hydra's ``on_job_start``). ShareRunDir gives every rank of a torchrun or srun launch rank 0's run directory."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,6 @@ from modelforge.train import launch
 from modelforge.train.context import RunContext
 from modelforge.train.records import claim_run_dir, refuse
 
-# The checked run of each run directory, from on_run_start to the task of that directory. Hydra builds its callbacks
-# from the config and hands the task a deep copy of the config: no public API carries an object from one to the
-# other, so the checked plan waits here, keyed by its run directory, and the command's end drops any left.
-_checked: dict[str, Any] = {}
-
-
 def run_context(hydra_cfg: DictConfig) -> RunContext:
     """What the library needs to know of a Hydra job (``hydra_cfg``: the config's ``hydra`` node): its overrides,
     that errors name ``hydra.run.dir``, the model file and config folders (an error's file:line), and that Hydra's job
@@ -40,32 +35,56 @@ def run_context(hydra_cfg: DictConfig) -> RunContext:
                       writes_log=False)
 
 
-def job_context() -> tuple[Path, RunContext]:
-    """The run directory and context of the Hydra job in progress (a task's, or a sweep job's)."""
+def job_context(claimed: bool = False) -> tuple[Path, RunContext]:
+    """The run directory and context of the Hydra job in progress (a task's, or a sweep job's); ``claimed``: a
+    callback claimed the directory for it."""
     hydra_cfg = HydraConfig.get()
-    return Path(hydra_cfg.runtime.output_dir), run_context(hydra_cfg)
+    return Path(hydra_cfg.runtime.output_dir), dataclasses.replace(run_context(hydra_cfg), claimed=claimed)
 
 
 def _task_config(config: DictConfig) -> DictConfig:
     return OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
 
 
-class CheckBeforeRun(Callback):
+class Task:
+    """A command's task as Hydra runs it, with the run a callback checked for it. Hydra hands the task function to
+    its callbacks' ``on_job_start`` (its public API): there the callback that checked the run gives it over."""
+
+    def __init__(self, run: Callable[[DictConfig, Any], Any]) -> None:
+        self.run, self.checked = run, None
+
+    def __call__(self, cfg: DictConfig) -> Any:
+        checked, self.checked = self.checked, None
+        return self.run(cfg, checked)
+
+
+class _CheckFirst(Callback):
+    """Checks a run in ``on_run_start``, before Hydra makes the run directory, and hands what it checked (and
+    claimed) to the task in ``on_job_start``. A sweep's jobs get nothing: ``train`` checks and claims each."""
+
+    def __init__(self) -> None:
+        self.checked: Any = None
+
+    def on_job_start(self, config: DictConfig, *, task_function: Any, **kwargs: Any) -> None:
+        if isinstance(task_function, Task) and self.checked is not None:
+            task_function.checked, self.checked = self.checked, None
+
+
+class CheckBeforeRun(_CheckFirst):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from modelforge.train.run_config import validate_run_config  # loads Lightning
 
         HydraConfig.instance().set_config(config)  # as run_job does first: ${hydra:...} resolves
-        run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir")))
         context = run_context(config.hydra)
         try:
             run_config = validate_run_config(_task_config(config), context)
-            claim_run_dir(run_dir, dir_key=context.dir_key)
+            claim_run_dir(Path(str(OmegaConf.select(config, "hydra.run.dir"))), dir_key=context.dir_key)
         except ModelforgeError as exc:
             refuse(exc)
-        _checked[os.path.abspath(run_dir)] = run_config
+        self.checked = run_config
 
 
-class CheckEvalBeforeRun(Callback):
+class CheckEvalBeforeRun(_CheckFirst):
     """``eval``'s: the checkpoint read and its model rebuilt, the data found and checked against it, before Hydra
     makes the run directory; a refusal leaves nothing behind. A config that passes claims the directory."""
 
@@ -77,23 +96,10 @@ class CheckEvalBeforeRun(Callback):
             share_run_dir(config)
             context = run_context(config.hydra)
             plan = check_eval(_task_config(config), context)
-            run_dir = Path(str(config.hydra.run.dir))
-            claim_run_dir(run_dir, str(config.hydra.job.name), dir_key=context.dir_key)
+            claim_run_dir(Path(str(config.hydra.run.dir)), str(config.hydra.job.name), dir_key=context.dir_key)
         except ModelforgeError as exc:
             refuse(exc)
-        _checked[os.path.abspath(run_dir)] = plan
-
-
-def take_checked(cfg: Any, run_dir: Path, context: RunContext) -> tuple[Any, RunContext]:
-    """The run ``on_run_start`` checked for ``run_dir``, with ``context`` saying that it claimed the directory; else
-    ``cfg`` and ``context`` as given (a sweep's job: ``train`` checks and claims)."""
-    checked = _checked.pop(os.path.abspath(run_dir), None)
-    return (cfg, context) if checked is None else (checked, dataclasses.replace(context, claimed=True))
-
-
-def forget_checked() -> None:
-    """Drop a checked run that no task took: it must not reach the next command (its claim stays on disk)."""
-    _checked.clear()
+        self.checked = plan
 
 
 def share_run_dir(config: DictConfig) -> None:
