@@ -275,7 +275,7 @@ def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path
     """Rebuild the model stored in ``cfg.ckpt_path`` (a checkpoint, or a run directory: its last.ckpt, else its best
     one) and report its test metrics, on the data it was trained on unless ``cfg`` chooses other data. ``cfg``: an
     eval config, or the plan :func:`~modelforge.train.run.check_eval` made of one (the CLI checks it before Hydra makes the directory).
-    ``context``: as :func:`check_eval`'s (a plan's own by default)."""
+    ``context``: as :func:`~modelforge.train.run.check_eval`'s (a plan's own by default)."""
     plan = cfg if isinstance(cfg, EvalPlan) else check_eval(cfg, context or RunContext())
     context = context or plan.context
     plain, plugins, ckpt_path, stored, datamodule, module = (plan.plain, plan.plugins, plan.ckpt_path, plan.stored,
