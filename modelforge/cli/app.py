@@ -16,6 +16,9 @@ from typing import Any
 import yaml
 from hydra import errors as hydra_errors
 from hydra import version
+# Hydra's internals, where it has no public API: its argument parser and run with parsed arguments (_run_hydra,
+# below), its error report (run_and_report), and its config repository, which lists a group's options from conf/
+# and the user's folders before any composition (the public listing needs a GlobalHydra that only the run makes).
 from hydra._internal import utils as hydra_utils
 from hydra._internal.config_repository import ConfigRepository
 from hydra.core.config_store import ConfigStore
