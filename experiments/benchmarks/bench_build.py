@@ -12,7 +12,7 @@ The models: resnet50, vit_b_16, convnext_tiny and mobilenet_v3_small from conf/m
 concatenation graph written in YAML for this benchmark (configs/model/densenet121.yaml: 58 dense layers, each
 reading every earlier output of its block). Before any timing each built model is checked against
 torchvision's: the same parameter count, and at 224x224 the same outputs once torchvision's weights are
-copied in (paired by ``modelforge.weights.pair_by_structure``, as ``init.from`` pairs them), compared on
+copied in (loaded as ``init.from`` loads them: paired by structure), compared on
 2x3x64x64 (ViT: 224x224). The benchmark imports nothing from tests/: it runs against an installed modelforge.
 
 A graph's build runs each block on an empty batch (shapes without arithmetic), so its time should not depend on
@@ -86,17 +86,6 @@ def compose(name: str, side: int) -> dict[str, Any]:
     return modelforge.compose_model_config(name, overrides(side), config_dir=config_dir(name))
 
 
-def copy_weights(reference: nn.Module, built: nn.Module) -> None:
-    """torchvision's weights into the built model, paired by structure as ``init.from`` pairs them (every tensor)."""
-    from modelforge.weights import pair_by_structure
-    from modelforge.weights.pairing import shapes_of
-
-    theirs, ours = reference.state_dict(), built.state_dict()
-    pairing = pair_by_structure(shapes_of(theirs), shapes_of(ours), "torchvision's model")
-    assert not pairing.head and len(pairing.pairs) == len(ours) == len(theirs), "some tensors are left unpaired"
-    built.load_state_dict({mine: theirs[other] for mine, other in pairing.pairs.items()}, strict=True)
-
-
 def check(name: str, side: int, cfg: dict[str, Any], outputs: bool = True) -> dict[str, int]:
     """Built and torchvision's models hold the same parameters; at 224 (and ``outputs``), give the same outputs
     with torchvision's weights copied in (pairing them runs a forward on the meta device: seconds)."""
@@ -107,12 +96,23 @@ def check(name: str, side: int, cfg: dict[str, Any], outputs: bool = True) -> di
     assert len(set(counts.values())) == 1, f"{name} at {side}: parameter counts differ: {counts}"
     if side == 224 and outputs:
         x = torch.randn(2, 3, *((224, 224) if name == "vit_b_16" else (64, 64)))
-        copy_weights(reference, built)
+        _load_through_init_from(reference, built)
         built.eval(), reference.eval()
         with torch.no_grad():
             assert torch.allclose(built(x), reference(x), atol=1e-5), f"{name} differs from torchvision's"
     leaves = sum(1 for m in built.modules() if next(m.children(), None) is None)
     return {"params": counts["built"], "leaf_modules": leaves}
+
+
+def _load_through_init_from(reference: nn.Module, built: nn.Module) -> None:
+    """torchvision's state_dict saved and loaded with ``init.from`` (paired by structure, constants checked)."""
+    import tempfile
+
+    from modelforge.train.transfer import load_init_weights
+
+    with tempfile.TemporaryDirectory() as folder:
+        torch.save(reference.state_dict(), Path(folder) / "weights.pth")
+        load_init_weights(built, Path(folder) / "weights.pth", strict=True)
 
 
 def _timed(make: Callable[[], Any], prepare: Callable[[], Any] = lambda: None, calls: int = 1) -> dict[str, float]:
