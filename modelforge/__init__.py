@@ -8,6 +8,7 @@ imports Lightning: building a model needs torch, omegaconf and nothing else.
 from modelforge import hooks, layers, models  # noqa: F401 - these imports register the built-ins
 from modelforge.build import (
     build_model,
+    compose_model_config,
     create_model,
     model_config_from_run,
     validate_model_config,
@@ -64,6 +65,7 @@ __all__ = [
     "UnknownNameError",
     "build_hook_plugins",
     "build_model",
+    "compose_model_config",
     "create_model",
     "format_summary",
     "initialize",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -34,11 +35,10 @@ def _check_init(init: Mapping[str, Any], path: str) -> None:
 @contextlib.contextmanager
 def naming_definitions(files: ModelFiles | None = None, path: str = "model") -> Iterator[None]:
     """An error inside a composite block gets the file and line that define the block (``files``: those of
-    the model; by default the Hydra run's, if one is in progress)."""
+    the model; None: the error stands as it is, for an enclosing call that knows them)."""
     try:
         yield
     except ConfigError as exc:
-        files = files or ModelFiles.of_hydra_run()
         where = files.locate(exc.path, path) if files is not None else None
         if where is None or "defined at" in exc.problem:
             raise
@@ -107,6 +107,8 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
         features: names of a graph model's nodes (``["layer2", "layer3", "layer4"]``): the model returns a dict
             of their outputs, ``model.feature_info`` gives each one's channels and reduction, and nodes none of
             them needs are not built (the graph option ``features``).
+
+    The model carries the config it was built from (a plain dict) as ``model.model_config``.
     """
     plain = load_config(cfg)
     if "name" not in plain and isinstance(plain.get("model"), Mapping):
@@ -121,7 +123,32 @@ def build_model(cfg: Mapping[str, Any] | DictConfig | str | Path, *, seed: int |
     files = ModelFiles(str(cfg), ()) if isinstance(cfg, (str, Path)) else None
     with naming_definitions(files):
         checked = validate_model_config(plain)
-    return build_checked_model(checked, seed=seed, files=files)
+    model = build_checked_model(checked, seed=seed, files=files)
+    model.model_config = copy.deepcopy(plain)  # as load_model's: save_safetensors(model, path) keeps it
+    return model
+
+
+def compose_model_config(name: str, overrides: Sequence[str] = (), *,
+                         config_dir: str | Path | None = None) -> dict[str, Any]:
+    """The model config that ``create_model(name, overrides, config_dir=...)`` builds, composed by Hydra.
+
+    Compose once, build many: ``cfg = compose_model_config("resnet18", ["n_classes=null"])``, then
+    ``build_model(cfg, seed=s)`` for each model. Each call composes anew (about 0.1 s), so it reads the config
+    files and Hydra's ConfigStore as they are now. The arguments are those of :func:`create_model`.
+    """
+    from modelforge.models.compose import compose_model
+
+    folders = _config_folders(config_dir)
+    run_cfg = compose_model(name, list(overrides), folders)
+    with naming_definitions(ModelFiles(name, folders)):
+        return model_config_from_run(run_cfg)
+
+
+def _config_folders(config_dir: str | Path | None) -> tuple[Path, ...]:
+    """conf/ and then the user's folder: Hydra's order, as ``--config-dir`` is searched after conf/."""
+    from modelforge.config import conf_dir
+
+    return (conf_dir(), *([Path(config_dir).resolve()] if config_dir is not None else []))
 
 
 def create_model(
@@ -141,29 +168,17 @@ def create_model(
     ``--config-dir`` is (a file of it named as a shipped one is refused: it would never be read).
     ``features``: see :func:`build_model`.
 
-    A second call with the same name, overrides and folders reuses the first one's composition while the
-    config files are unchanged (:func:`modelforge.models.compose_memo.cache_info`); the model is built anew.
+    It is :func:`compose_model_config` then :func:`build_model`: to build many models of one config, compose
+    once and build many times. The model carries the config it was built from as ``model.model_config``.
     """
-    from modelforge.config import conf_dir
-    from modelforge.models.compose import compose_model
-    from modelforge.models.compose_memo import COMPOSED
-
-    overrides = list(overrides)  # read once: a generator would be empty the second time
-    folders = (conf_dir(), *([Path(config_dir).resolve()] if config_dir is not None else []))  # Hydra's order
-
-    def to_model(run_cfg: DictConfig) -> dict[str, Any]:
-        with naming_definitions(ModelFiles(name, folders)):
-            return model_config_from_run(run_cfg)
-
-    # Hydra's composition (~0.1 s) is made once per process while the files it read stay as they were
-    model = COMPOSED.get(name, overrides, folders, lambda: compose_model(name, overrides, folders), to_model)
-    with naming_definitions(ModelFiles(name, folders)):
-        return build_model(model, seed=seed, features=features)
+    model_cfg = compose_model_config(name, overrides, config_dir=config_dir)
+    with naming_definitions(ModelFiles(name, _config_folders(config_dir))):
+        return build_model(model_cfg, seed=seed, features=features)
 
 
 def build_checked_model(checked: Any, *, seed: int | None = None, files: ModelFiles | None = None) -> nn.Module:
     """:func:`build_model` of a config that :func:`validate_model_config` returned (not checked again);
-    ``files``: where the model's composites are written, for errors (the Hydra run's by default)."""
+    ``files``: where the model's composites are written, for errors."""
     values = dict(checked) if isinstance(checked, Mapping) else {
         f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)  # no deep copy: plain values
     }
@@ -203,9 +218,9 @@ def drop_signature_defaults(cfg: dict[str, Any], where: str) -> dict[str, Any]:
 
 def model_label(cfg: Mapping[str, Any], files: ModelFiles | None = None) -> str:
     """How a run names its model: ``cnn``, or the model file a graph was composed from (``resnet18``,
-    ``configs/my.yaml`` -> ``my``) with its scale (``yolov8_cls (scale s)``). ``files``: the Hydra run's by default."""
+    ``configs/my.yaml`` -> ``my``) with its scale (``yolov8_cls (scale s)``). ``files``: the model option it was
+    composed from (without them, a graph is ``graph``)."""
     name = str(cfg.get("name"))
-    files = files or ModelFiles.of_hydra_run()
     label = Path(files.model).stem if files is not None and name == "graph" else name
     return f"{label} (scale {cfg['scale']})" if cfg.get("scales") and cfg.get("scale") is not None else label
 

@@ -13,6 +13,7 @@ import functools
 import importlib
 import inspect
 import os
+import pkgutil
 import re
 import types
 import typing
@@ -420,12 +421,8 @@ def resolve_target(target: Any, path: str, module: str, registered: Iterable[Any
     if not isinstance(target, str) or not (target.startswith(module + ".") or target in by_name):
         raise ConfigError(f"{path}._target_", f"{target!r} is not a class modelforge may import",
                           suggestions=guess, allowed=allowed)
-    from hydra._internal.utils import (
-        _locate,  # what instantiate imports with (get_object would log the failure)
-    )
-
-    try:
-        obj = by_name.get(target) or _locate(target)
+    try:  # pkgutil's resolver imports the module part and walks the attributes, as Hydra's instantiate does
+        obj = by_name.get(target) or pkgutil.resolve_name(target)
     except (ImportError, ValueError, AttributeError):
         raise ConfigError(f"{path}._target_", f"cannot import {target!r}", allowed=allowed, suggestions=guess) from None
     if kind is not None and not (isinstance(obj, type) and issubclass(obj, kind)):

@@ -41,7 +41,7 @@ def test_the_in_process_sections_run_and_record(tmp_path: Path) -> None:
     assert build["models"]["densenet121 224"]["params"] == 7_978_856  # torchvision's, checked before timing
     table = (tmp_path / "RESULTS.md").read_text()
     assert "| densenet121 | 512x512 | 7,978,856 |" in table
-    assert build["sides"][2:] == ["create_model (again)", "create_model (first call: Hydra composes)"]
+    assert build["sides"][2:] == ["create_model (Hydra composes, then builds)"]
     assert all(f"{side} | vs constructor |" in table for side in build["sides"][1:])
     assert {p.name: p.read_bytes() for p in (RUN.parent / "results").glob("*.json")} == recorded
 

@@ -4,16 +4,16 @@ Five models, each built three ways in one process, interleaved by ``run.py --onl
 
 - torchvision 0.28's constructor, ``torchvision.models.NAME()`` (weights=None, 1000 classes, its own init;
   ViT-B/16 at 512x512: ``vit_b_16(image_size=512)``, whose position embedding has a row per patch);
-- ``build_model`` of the config ``create_model`` composes for it (a fresh copy each time);
-- ``create_model(NAME, ["in_channels=3", "n_classes=1000", "input_size=[S,S]"])``, timed twice: called again
-  in the process (its composition reused, modelforge/models/compose_memo.py), and as a first call, with the
-  kept compositions cleared first (Hydra's compose, then the build: what a new process pays).
+- ``build_model`` of the config ``compose_model_config`` gives for it (a fresh copy each time);
+- ``create_model(NAME, ["in_channels=3", "n_classes=1000", "input_size=[S,S]"])``: Hydra's compose, then the
+  build (every call composes).
 
 The models: resnet50, vit_b_16, convnext_tiny, mobilenet_v3_small and swin_t from conf/model/, and densenet121, a deep
 concatenation graph written in YAML for this benchmark (configs/model/densenet121.yaml: 58 dense layers, each
 reading every earlier output of its block). Before any timing each built model is checked against
 torchvision's: the same parameter count, and at 224x224 the same outputs once torchvision's weights are
-copied in (tests/models/test_torchvision_parity.py's pairing), compared on 2x3x64x64 (ViT: 224x224).
+copied in (loaded as ``init.from`` loads them: paired by structure), compared on
+2x3x64x64 (ViT: 224x224). The benchmark imports nothing from tests/: it runs against an installed modelforge.
 
 A graph's build runs each block on an empty batch (shapes without arithmetic), so its time should not depend on
 the input size: the table gives build_model at 512 over build_model at 224.
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import copy
 import gc
+import importlib.util
 import sys
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,12 +34,13 @@ from typing import Any
 import torch
 from torch import nn
 
-REPO = Path(__file__).resolve().parents[2]
 CONFIGS = Path(__file__).resolve().parent / "configs"  # densenet121.yaml and its blocks
 MODELS = ("resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "swin_t", "densenet121")
 SIDES = (224, 512)
 TORCHVISION, BUILD = "torchvision's constructor", "build_model (composed config)"
-CREATE, FIRST = "create_model (again)", "create_model (first call: Hydra composes)"
+CREATE = "create_model (Hydra composes, then builds)"
+# where `pip install --no-deps --target` puts torchvision beside a CPU-only environment (docs/zoo.md)
+TORCHVISION_BESIDE = Path(sys.prefix) / "torchvision-tests"
 
 
 def overrides(side: int) -> list[str]:
@@ -49,13 +52,25 @@ def config_dir(name: str) -> Path | None:
     return CONFIGS if name == "densenet121" else None
 
 
-def torchvision_models() -> Any:
-    """``torchvision.models``, imported as the parity test imports it (past a CUDA-built extension)."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from tests.models.test_torchvision_parity import tv_models
-
-    return tv_models
+def torchvision_models() -> types.ModuleType:
+    """``torchvision.models``, from the environment or from ``TORCHVISION_BESIDE``. Its PyPI wheel links CUDA builds
+    of torch's libraries: beside a CPU-only torch its one module that registers meta kernels for its C++ operators
+    fails to load, and is replaced by an empty one (the model definitions use none of them)."""
+    if importlib.util.find_spec("torchvision") is None and TORCHVISION_BESIDE.is_dir():
+        sys.path.append(str(TORCHVISION_BESIDE))
+    try:
+        import torchvision.models as models
+    except ImportError:
+        raise SystemExit(f"the build section needs torchvision 0.28: pip install --no-deps --target "
+                         f"{TORCHVISION_BESIDE} torchvision==0.28.0") from None
+    except RuntimeError as exc:
+        if "torchvision::" not in str(exc):
+            raise
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+        import torchvision.models as models
+    return models
 
 
 def torchvision_model(name: str, side: int) -> nn.Module:
@@ -66,29 +81,22 @@ def torchvision_model(name: str, side: int) -> nn.Module:
 
 def compose(name: str, side: int) -> dict[str, Any]:
     """The model config ``create_model(name, overrides(side))`` builds."""
-    from modelforge.build import model_config_from_run
-    from modelforge.config import conf_dir
-    from modelforge.models.compose import compose_model
+    import modelforge
 
-    folders = (conf_dir(), *([config_dir(name)] if config_dir(name) else []))
-    return model_config_from_run(compose_model(name, overrides(side), folders))
+    return modelforge.compose_model_config(name, overrides(side), config_dir=config_dir(name))
 
 
 def check(name: str, side: int, cfg: dict[str, Any], outputs: bool = True) -> dict[str, int]:
     """Built and torchvision's models hold the same parameters; at 224 (and ``outputs``), give the same outputs
     with torchvision's weights copied in (pairing them runs a forward on the meta device: seconds)."""
     import modelforge
-    from tests.models.test_torchvision_parity import copy_torchvision_weights
 
     built, reference = modelforge.build_model(copy.deepcopy(cfg)), torchvision_model(name, side)
     counts = {n: sum(p.numel() for p in m.parameters()) for n, m in (("built", built), ("torchvision", reference))}
     assert len(set(counts.values())) == 1, f"{name} at {side}: parameter counts differ: {counts}"
     if side == 224 and outputs:
         x = torch.randn(2, 3, *((224, 224) if name == "vit_b_16" else (64, 64)))
-        if name == "swin_t":  # its relative position index is a constant here: loaded as a user loads the file
-            _load_through_init_from(reference, built)
-        else:
-            copy_torchvision_weights(reference, built, x)
+        _load_through_init_from(reference, built)
         built.eval(), reference.eval()
         with torch.no_grad():
             assert torch.allclose(built(x), reference(x), atol=1e-5), f"{name} differs from torchvision's"
@@ -127,16 +135,13 @@ def calls_for(seconds: float, budget: float = 0.4, most: int = 10) -> int:
 
 
 def sides(name: str, side: int, cfg: dict[str, Any], calls: int = 1) -> dict[str, Callable[[], dict[str, float]]]:
-    """The four ways to make the model, each timed alone, ``calls`` times a round. build_model gets a fresh copy
+    """The three ways to make the model, each timed alone, ``calls`` times a round. build_model gets a fresh copy
     of the config each time (made before the clock starts): nothing of one build is reused by the next."""
     import modelforge
-    from modelforge.models.compose_memo import cache_clear
 
     def create() -> Any:
         return modelforge.create_model(name, overrides(side), config_dir=config_dir(name))
 
     return {TORCHVISION: lambda: _timed(lambda: torchvision_model(name, side), calls=calls),
             BUILD: lambda: _timed(modelforge.build_model, lambda: copy.deepcopy(cfg), calls),
-            CREATE: lambda: _timed(create, calls=calls),
-            # as in a new process: Hydra composes (and the memo keeps it for the next round's create)
-            FIRST: lambda: _timed(create, cache_clear, calls)}
+            CREATE: lambda: _timed(create, calls=calls)}

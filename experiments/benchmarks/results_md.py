@@ -109,7 +109,7 @@ def _build(r: dict) -> list[str]:
     """build_model and create_model vs torchvision's constructor, per model and input size."""
     if "models" not in r or "sides" not in r:  # recorded before the build section compared with torchvision only
         return ["(recorded by an earlier version of the build section: run `run.py --only build` again)"]
-    base, build, *creates = r["sides"]  # one create_model side before compositions were kept, two since
+    base, build, *creates = r["sides"]  # two create_model sides while compositions were kept, else one
 
     def ratio(m: dict, side: str) -> str:
         s = m["ratios"][side]
@@ -124,7 +124,7 @@ def _build(r: dict) -> list[str]:
                     f"{ratio(m, build)} | " + "".join(f"{_fmt(f[c])} | {ratio(m, c)} | " for c in creates)
                     + f"{'%.2f' % m['vs_224'] if 'vs_224' in m else ''} |")
     how_create = ("timed twice: called again in the process, its composition reused "
-                  "(modelforge/models/compose_memo.py), and as a first call, the kept compositions cleared first: "
+                  "(a memo since removed), and as a first call, the kept compositions cleared first: "
                   "Hydra's compose, then the build, what a new process pays" if len(creates) == 2 else
                   "Hydra's compose, then the build")
     return [*rows, "", "`python experiments/benchmarks/run.py --only build`: each model built in one process, "

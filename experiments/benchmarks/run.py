@@ -262,8 +262,7 @@ def startup(args: argparse.Namespace) -> dict:
 def build(args: argparse.Namespace) -> dict:
     """build_model and create_model vs torchvision's constructor, five models at 224 and 512 (interleaved)."""
     import torch
-    from bench_build import (BUILD, CREATE, FIRST, MODELS, SIDES, TORCHVISION, calls_for, check, compose, overrides,
-                             sides)
+    from bench_build import BUILD, CREATE, MODELS, SIDES, TORCHVISION, calls_for, check, compose, overrides, sides
 
     rounds = 1 if args.smoke else 3 if args.quick else 7
     chosen = MODELS[-1:] if args.smoke else MODELS  # smoke: the densenet graph alone, its code path
@@ -284,7 +283,7 @@ def build(args: argparse.Namespace) -> dict:
     for name in chosen:  # build time at 512 over build time at 224 (medians): the same when shapes cost nothing
         small, large = models[f"{name} {SIDES[0]}"], models[f"{name} {SIDES[1]}"]
         large["vs_224"] = large["figures"][BUILD]["median"] / small["figures"][BUILD]["median"]
-    return {"threads": torch.get_num_threads(), "rounds": rounds, "sides": [TORCHVISION, BUILD, CREATE, FIRST],
+    return {"threads": torch.get_num_threads(), "rounds": rounds, "sides": [TORCHVISION, BUILD, CREATE],
             "models": models}
 
 

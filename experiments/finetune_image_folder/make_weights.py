@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.models.test_torchvision_parity import import_torchvision_models  # finds torchvision beside the venv
+    from tests.helpers.parity import import_torchvision_models  # finds torchvision beside the venv
 
     torch.manual_seed(0)
     model = import_torchvision_models().resnet18()

@@ -16,6 +16,9 @@ from typing import Any
 import yaml
 from hydra import errors as hydra_errors
 from hydra import version
+# Hydra's internals, where it has no public API: its argument parser and run with parsed arguments (_run_hydra,
+# below), its error report (run_and_report), and its config repository, which lists a group's options from conf/
+# and the user's folders before any composition (the public listing needs a GlobalHydra that only the run makes).
 from hydra._internal import utils as hydra_utils
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.config_repository import ConfigRepository
@@ -31,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf import errors as omegaconf_errors
 
 from modelforge import errors
-from modelforge.cli.run_checks import forget_validated
+from modelforge.cli.run_checks import Task
 from modelforge.config import bound_yaml_file, conf_dir, load_yaml_file, omegaconf_error, yaml_file_error
 from modelforge.config_shadows import check_not_shadowed, selected_configs, unread_file_error, user_yaml_files
 from modelforge.errors import ConfigError, ModelforgeError, RunStopped, UnknownNameError
@@ -63,13 +66,14 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
     cmd = CommandLine(parser.parse_intermixed_args(argv), config_name, argv)  # a bad flag exits as Hydra would
     users_full_error, command = os.environ.get(FULL_ERROR), sys.argv[: len(sys.argv) - len(argv)]
 
-    def job(cfg: DictConfig) -> Any:  # the task in the user's environment, its errors reported as ours
+    def job(cfg: DictConfig, checked: Any) -> Any:  # the task in the user's environment, its errors reported as ours
         sweep, saved_argv = HydraConfig.get().mode == RunMode.MULTIRUN, sys.argv
         _set_env(FULL_ERROR, users_full_error)  # the user's, for the job and the DDP ranks it starts
-        sys.argv = sweep_job_argv(command) if sweep else saved_argv  # DDP ranks re-run it: in a sweep, this job
+        # DDP ranks re-run sys.argv: in a sweep, this job
+        sys.argv = sweep_job_argv(command, HydraConfig.get()) if sweep else saved_argv
         try:
             with fresh_ddp_state():
-                return task(cfg)
+                return task(cfg) if checked is None else task(cfg, checked)
         except (RunStopped, ModelforgeError) as exc:
             if not sweep or getattr(exc, "ends_sweep", False):
                 refuse(exc)  # with its exit code; a signal ends the sweep too
@@ -87,7 +91,10 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         cmd.prepare()
         cmd.check_group_sweeps()
         register_optuna_sweeper()  # where Hydra's plugin scan misses it (an editable install)
-        hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=job, config_path=str(conf_dir()),
+        # Hydra's public entry, @hydra.main, parses sys.argv itself with parse_args, which stops at a flag given
+        # after an override (`train model=x --config-dir d`), and checks and prepares nothing before composing:
+        # _run_hydra is what it calls with the arguments parsed, and no public API takes parsed arguments.
+        hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=Task(job), config_path=str(conf_dir()),
                                config_name=config_name)
         exit_if_jobs_failed()  # a sweep that went on past failed jobs (Optuna) still fails the command
         return 0
@@ -100,7 +107,6 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         return EXIT_CONFIG_ERROR
     finally:
         _set_env(FULL_ERROR, users_full_error)
-        forget_validated()
 
 
 def _help_groups() -> str:

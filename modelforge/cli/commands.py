@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from modelforge.build import build_model, model_config_from_run, model_label
-from modelforge.cli.run_checks import take_validated
+from modelforge.build import build_model, model_config_from_run, model_label, naming_definitions
+from modelforge.cli.run_checks import job_context
 from modelforge.config import conf_dir, load_yaml_file, to_plain
 from modelforge.errors import UnknownNameError
 from modelforge.hooks import build_hook_plugins
@@ -24,22 +25,27 @@ from modelforge.inspect import model_graph, summary
 from modelforge.registry import REGISTRIES
 
 
-def train_task(cfg: DictConfig) -> float:
-    """Train one configuration; the returned metric is what sweepers optimize."""
+def train_task(cfg: DictConfig, checked: Any = None) -> float:
+    """Train one configuration; the returned metric is what sweepers optimize. ``checked``: the run CheckBeforeRun
+    checked, and claimed the directory for, before Hydra made it (None in a sweep's job: train checks and claims)."""
     from modelforge.sweep.pruning import trial_callbacks  # loads Lightning
     from modelforge.train import train
 
-    run = take_validated(cfg)  # checked before Hydra made the run directory (a sweep's job: checked by train)
+    run_dir, context = job_context(claimed=checked is not None)
+    run = cfg if checked is None else checked
     # The sweep attaches its callbacks from here, above both: an Optuna trial's run reports to its trial.
     monitor = run.get("monitor", "val/acc") if isinstance(run, DictConfig) else run.monitor
-    return train(run, callbacks=trial_callbacks(monitor))
+    job = HydraConfig.get().job.get("num")  # a sweep's job number: which Optuna trial this run reports to
+    return train(run, run_dir, callbacks=trial_callbacks(monitor, job), context=context)
 
 
-def eval_task(cfg: DictConfig) -> dict[str, float]:
-    """Test a checkpoint; its config, checkpoint and data were checked before Hydra made the run directory."""
+def eval_task(cfg: DictConfig, checked: Any = None) -> dict[str, float]:
+    """Test a checkpoint; its config, checkpoint and data were checked (``checked``: the plan) before Hydra made the
+    run directory."""
     from modelforge.train.run import evaluate  # loads Lightning
 
-    return evaluate(take_validated(cfg))
+    run_dir, context = job_context(claimed=checked is not None)
+    return evaluate(cfg if checked is None else checked, run_dir, context=context)
 
 
 def _imported(module: str, name: str) -> Callable[[DictConfig], Any]:
@@ -52,14 +58,16 @@ def summary_task(cfg: DictConfig) -> None:
     options = cfg.get("summary") or {}
     if options.get("graph"):
         model_graph.check_picture_path(options["graph"])  # before any work
+    files = job_context()[1].model_files  # an error in a composite names its file and line
     model_cfg = model_config_from_run(cfg)
     plugins = build_hook_plugins(cfg.get("hooks"), path="hooks")
-    model = build_model(model_cfg, seed=cfg.seed)
+    with naming_definitions(files):
+        model = build_model(model_cfg, seed=cfg.seed)
     with contextlib.ExitStack() as attached:
         for plugin in plugins:
             attached.enter_context(plugin.attach(model, run_dir=Path.cwd()))
         rows = summary.summarize(model, model.input_shape, batch_size=cfg.batch_size)
-    label = model_label(model_cfg)  # resnet18, yolov8_cls (scale s): the model file, not "graph"
+    label = model_label(model_cfg, files)  # resnet18, yolov8_cls (scale s): the model file, not "graph"
     print(model, summary.format_summary(model, rows, model.input_shape, expand=bool(options.get("expand")), name=label),
           sep="\n\n")
     if options.get("graph"):  # summary.graph=model.svg: the module graph, skips drawn as arcs

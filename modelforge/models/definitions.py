@@ -28,18 +28,6 @@ class ModelFiles:
     model: str
     folders: tuple[Path, ...]
 
-    @classmethod
-    def of_hydra_run(cls) -> ModelFiles | None:
-        """The files of the Hydra run in progress (None outside one, or when it chose no model file)."""
-        from hydra.core.hydra_config import HydraConfig
-
-        if not HydraConfig.initialized():
-            return None
-        runtime = HydraConfig.get().runtime
-        model = runtime.choices.get("model")
-        folders = tuple(Path(s.path) for s in runtime.config_sources if s.schema == "file")
-        return cls(str(model), folders) if model else None
-
     def _config(self, group: str, option: str) -> Path | None:
         if option.endswith((".yaml", ".yml")) and group == "model":
             return Path(option).expanduser().resolve()

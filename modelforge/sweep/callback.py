@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 from filelock import FileLock
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # no public API splits a sweep into its jobs
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException, HydraException
@@ -46,7 +46,7 @@ from modelforge.sweep.trial import trial_of_job
 from modelforge.train.records import refuse
 
 log = logging.getLogger(__name__)
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # the _target_ Hydra's config names
 OPTUNA_SWEEPER = "hydra_plugins.modelforge_optuna_sweeper.sweeper.OptunaSweeper"
 NOT_RUN = "not run"
 _SWEEPS: list[SweepSummary] = []  # this process's sweeps, for the CLI once Hydra returns or raises

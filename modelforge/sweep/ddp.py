@@ -14,20 +14,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import read_write
+from omegaconf import DictConfig, read_write
 
 # What lightning_fabric's _SubprocessScriptLauncher writes into os.environ.
 DDP_ENV_VARS = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "OMP_NUM_THREADS")
 
 
-def sweep_job_argv(command: Sequence[str]) -> list[str]:
-    """``command`` (e.g. ``[.../__main__.py, "train"]``) plus this job's overrides, for the DDP children.
+def sweep_job_argv(command: Sequence[str], hydra_cfg: DictConfig) -> list[str]:
+    """``command`` (e.g. ``[.../__main__.py, "train"]``) plus this job's overrides (``hydra_cfg``: the job's Hydra
+    config, which the CLI reads), for the DDP children.
 
     Lightning adds ``hydra.run.dir=<hydra.run.dir>`` for them: pointed at this job's directory,
     all ranks share one run directory.
     """
-    hydra_cfg = HydraConfig.get()
     with read_write(hydra_cfg.run):
         hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
     return [*command, *hydra_cfg.overrides.task]

@@ -15,7 +15,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 
-from modelforge.sweep.trial import current_trial, trial_is_on
+from modelforge.sweep.trial import trial_is_on, trial_of_job
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,10 @@ class TrialPruning(Callback):
             return False
 
 
-def trial_callbacks(monitor: str) -> list[Callback]:
+def trial_callbacks(monitor: str, job: int | None = None) -> list[Callback]:
     """The pruning callback in a job of an Optuna trial that runs in the sweep's process (it reports even when
-    the study has no pruner: optuna-dashboard shows the curves, a later pruned search compares with them)."""
-    return [TrialPruning(current_trial(), monitor)] if trial_is_on() else []
+    the study has no pruner: optuna-dashboard shows the curves, a later pruned search compares with them).
+    ``job``: the sweep's job number, which the CLI reads from Hydra (None outside a sweep)."""
+    return [TrialPruning(trial_of_job(job), monitor)] if trial_is_on() else []
 
 

@@ -23,7 +23,7 @@ from modelforge.files.paths import check_writable
 
 log = logging.getLogger(__name__)
 SWEEPER = "hydra.sweeper"
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  # Hydra's own _target_: compared only
 SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "grid": "GridSampler", "cmaes": "CmaEsSampler",
             "nsgaii": "NSGAIISampler"}
 PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "successive_halving": "SuccessiveHalvingPruner",

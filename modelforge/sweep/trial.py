@@ -41,12 +41,3 @@ def trial_is_on() -> bool:
 def trial_of_job(number: int | None) -> Any | None:
     """The trial of job ``number`` when it runs in this process (the basic launcher); else None."""
     return _TRIALS.get(number) if number is not None else None
-
-
-def current_trial() -> Any | None:
-    """This job's trial; None outside a search, and in the DDP ranks of other processes (rank 0 holds it)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not _TRIALS or not HydraConfig.initialized():
-        return None
-    return _TRIALS.get(HydraConfig.get().job.get("num"))

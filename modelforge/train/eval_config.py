@@ -7,27 +7,29 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from torch import nn
 
 from modelforge.errors import ConfigError
-from modelforge.train.trainer import available, hydra_overrides, resolved_device
+from modelforge.train.context import RunContext
+from modelforge.train.trainer import available, resolved_device
 
 log = logging.getLogger("modelforge.train.run")
 
 
-def eval_data_config(given: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+def eval_data_config(given: Mapping[str, Any], stored: Mapping[str, Any],
+                     context: RunContext = RunContext()) -> dict[str, Any]:
     """The training run's data settings (normalization, split, ...) with those this command set on top; a data set
     chosen on the command line that is not the run's (``data=idx``) with its own settings instead."""
-    if _chose_group("data") and given.get("name") != stored.get("name"):
+    if context.chosen("data") and given.get("name") != stored.get("name"):
         return dict(given)
-    return {**stored, **named_options(given, "data")}
+    return {**stored, **named_options(given, "data", context)}
 
 
-def eval_trainer_options(given: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+def eval_trainer_options(given: Mapping[str, Any], stored: Mapping[str, Any],
+                         context: RunContext = RunContext()) -> dict[str, Any]:
     """This command's trainer options, testing on the kind of device and in the precision the run trained with
     (a run records both: :func:`~modelforge.train.trainer.resolved_device`) unless it names its own."""
-    named = named_options(given, "trainer")
+    named = named_options(given, "trainer", context)
     as_trained = {k: stored[k] for k in ("accelerator", "precision") if stored.get(k) is not None and k not in named}
     if "accelerator" in as_trained and not available(as_trained["accelerator"]):
         log.info("the checkpoint was trained on %s, which this machine lacks: testing on %s in %s, whose figures "
@@ -37,21 +39,11 @@ def eval_trainer_options(given: Mapping[str, Any], stored: Mapping[str, Any]) ->
     return {**given, **as_trained}
 
 
-def named_options(given: Mapping[str, Any], group: str) -> dict[str, Any]:
+def named_options(given: Mapping[str, Any], group: str, context: RunContext = RunContext()) -> dict[str, Any]:
     """The keys of ``given`` (``group``'s config) that count: from the CLI, where ``given`` holds the group's defaults
     too, only those named on the command line, or a default would undo a setting the model was trained with."""
-    if not HydraConfig.initialized():
-        return dict(given)
-    named = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in hydra_overrides()
-             if o.lstrip("+~").startswith(f"{group}.")}
-    return {k: v for k, v in given.items() if k in named}
-
-
-def _chose_group(group: str) -> bool:
-    """Whether ``group``'s option was chosen: on the command line (``data=idx``), or from Python, by the config."""
-    if not HydraConfig.initialized():
-        return True
-    return any(o.lstrip("+~").split("=", 1)[0] == group for o in hydra_overrides())
+    named = context.named_keys(group)
+    return dict(given) if named is None else {k: v for k, v in given.items() if k in named}
 
 
 def check_data_fits(datamodule: Any, model: nn.Module, model_classes: int, used: Mapping[str, Any],

@@ -16,10 +16,6 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, read_write
-
 from modelforge.errors import ConfigError, ModelforgeError
 from modelforge.files.atomic import write_json
 from modelforge.files.paths import why_unwritable
@@ -32,15 +28,12 @@ RUN_FILES = (*FINAL_RECORDS, "config.yaml")
 CLAIM_FILE = ".run_claim"  # who claimed the directory: pid, host, time, command
 SETUP_LEFTOVERS = {CLAIM_FILE, "metrics.json", ".hydra", "train.log"}  # all that a run failed at setup leaves
 
-# Directories a Hydra callback of this process claimed for the task Hydra runs next: that
-# task's own claim_run_dir takes the claim over, once.
-_claimed_for_task: set[str] = set()
 
-
-def check_run_dir(run_dir: Path, command: str) -> None:
-    """Raise ConfigError when ``run_dir`` holds a run (``command`` would overwrite its record) or another run claimed it."""
+def check_run_dir(run_dir: Path, command: str, dir_key: str = "run_dir") -> None:
+    """Raise ConfigError when ``run_dir`` holds a run (``command`` would overwrite its record) or another run claimed it;
+    ``dir_key``: where the run directory was given (``hydra.run.dir`` on the command line), as the error names it."""
     if (run_dir / CLAIM_FILE).exists() and not any((run_dir / name).exists() for name in FINAL_RECORDS):
-        raise _taken(run_dir)  # its run is under way (or was killed before it could say how it ended)
+        raise _taken(run_dir, dir_key)  # its run is under way (or was killed before it could say how it ended)
     found = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
     found += sorted((run_dir / "checkpoints").glob("*.ckpt"))
     if not found:
@@ -50,9 +43,9 @@ def check_run_dir(run_dir: Path, command: str) -> None:
         hint = (f"pick a new directory, or resume with {resume} (the resumed run gets a directory of its own)"
                 if resume else "pick a new directory (it holds no last.ckpt to resume from)")
     else:
-        hint = f"leave {_dir_key()} unset: `{command}` writes into a new directory of its own"
+        hint = f"leave {dir_key} unset: `{command}` writes into a new directory of its own"
     # One line, as for a directory taken by a run under way: two runs racing for it see one or the other.
-    raise ConfigError(_dir_key(), f"{run_dir} already holds a run ({', '.join(p.name for p in found[:3])}); "
+    raise ConfigError(dir_key, f"{run_dir} already holds a run ({', '.join(p.name for p in found[:3])}); "
                       f"it is left untouched: {hint}")
 
 
@@ -92,45 +85,39 @@ def _take_over(run_dir: Path) -> bool:
     return True
 
 
-def claim_run_dir(run_dir: Path, command: str = "train", *, for_task: bool = False) -> None:
+def claim_run_dir(run_dir: Path, command: str = "train", *, dir_key: str = "run_dir") -> None:
     """Make ``run_dir`` this run's own, atomically (O_EXCL claim file), or raise ConfigError.
 
-    Call it after every config check and before anything is written there. ``for_task``: a
-    Hydra callback claims for the task Hydra runs next here, whose own call takes it over.
-    Of ranks that torchrun or srun started together, rank 0 claims and the others take its verdict.
+    Call it after every config check and before anything is written there. ``dir_key``: as
+    :func:`check_run_dir`'s. Of ranks that torchrun or srun started together, rank 0 claims and the others take its verdict.
     """
     if launch.global_rank() > 0 and not launch.started_together():
         return  # Lightning started this rank after its rank 0 had claimed; it writes no records there
     key = os.path.abspath(run_dir)
-    if key in _claimed_for_task:
-        _claimed_for_task.discard(key)
-        return
-    claimed = launch.rank_zero_decides("run_dir_claim", lambda: _claim(run_dir, command, key))
+    claimed = launch.rank_zero_decides("run_dir_claim", lambda: _claim(run_dir, command, key, dir_key))
     if claimed != key:
-        raise ConfigError(_dir_key(), f"rank 0 claimed {claimed}, but rank {launch.global_rank()} was given {key}",
+        raise ConfigError(dir_key, f"rank 0 claimed {claimed}, but rank {launch.global_rank()} was given {key}",
                           hint="give every rank the same hydra.run.dir (or none: rank 0 picks one for all)")
-    if for_task:
-        _claimed_for_task.add(key)
 
 
-def _claim(run_dir: Path, command: str, key: str) -> str:
+def _claim(run_dir: Path, command: str, key: str, dir_key: str) -> str:
     # A directory whose run failed before training holds nothing to keep: the same command, its data fixed, runs there.
     if command == "train" and (error := _failed_at_setup(run_dir)) is not None and _take_over(run_dir):
         print(f"note: {run_dir} held only the record of a run that failed before training ({error}); this run "
               "takes the directory over", file=sys.stderr)
-    check_run_dir(run_dir, command)
+    check_run_dir(run_dir, command, dir_key)
     claim = run_dir / CLAIM_FILE
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
               "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if (why := why_unwritable(run_dir, folder=True)) is not None:
-        raise _unwritable(run_dir, why)
+        raise _unwritable(run_dir, why, dir_key)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
-        raise _taken(run_dir) from None
+        raise _taken(run_dir, dir_key) from None
     except OSError as exc:  # what the check above cannot see (a full disk, a read-only mount)
-        raise _unwritable(run_dir, exc.strerror or str(exc)) from None
+        raise _unwritable(run_dir, exc.strerror or str(exc), dir_key) from None
     try:  # the claim is made; this only says whose (a full disk: the run's first write reports it)
         with contextlib.suppress(OSError):
             os.write(fd, json.dumps(holder).encode() + b"\n")
@@ -139,29 +126,19 @@ def _claim(run_dir: Path, command: str, key: str) -> str:
     return key
 
 
-def forget_claims_for_tasks() -> None:
-    """Drop claims made for a task that never ran: a later run in this process must claim anew."""
-    _claimed_for_task.clear()
-
-
-def _taken(run_dir: Path) -> ConfigError:
+def _taken(run_dir: Path, dir_key: str) -> ConfigError:
     try:
         holder = json.loads((run_dir / CLAIM_FILE).read_text())
         by = f" (pid {holder['pid']} on {holder['host']}, since {holder['claimed_at']})"
     except (OSError, ValueError, KeyError, TypeError):  # being written this very moment
         by = ""
-    return ConfigError(_dir_key(), f"{run_dir} is taken by another run{by}; this run is refused and "
+    return ConfigError(dir_key, f"{run_dir} is taken by another run{by}; this run is refused and "
                                    "writes nothing there: pick another directory")
 
 
-def _unwritable(run_dir: Path, why: str) -> ConfigError:
-    return ConfigError(_dir_key(), f"cannot write the run directory {run_dir}: {why}",
-                       hint=f"pick a directory you can write, e.g. {_dir_key()}=outputs/my_run")
-
-
-def _dir_key() -> str:
-    """Where the run directory was given: ``hydra.run.dir`` on the command line, ``run_dir`` from Python."""
-    return "hydra.run.dir" if HydraConfig.initialized() else "run_dir"
+def _unwritable(run_dir: Path, why: str, dir_key: str) -> ConfigError:
+    return ConfigError(dir_key, f"cannot write the run directory {run_dir}: {why}",
+                       hint=f"pick a directory you can write, e.g. {dir_key}=outputs/my_run")
 
 
 def refuse(error: BaseException) -> NoReturn:
@@ -171,46 +148,8 @@ def refuse(error: BaseException) -> NoReturn:
     raise SystemExit(getattr(error, "exit_code", EXIT_CONFIG_ERROR))
 
 
-def share_run_dir(config: DictConfig) -> None:
-    """Of ranks that torchrun or srun started together, every one takes rank 0's ``hydra.run.dir``.
-
-    Each rank composed its own, and the default holds its clock's time and a random suffix. Ranks
-    other than 0 write no ``.hydra/`` there and log to ``<job>_ddp_process_<rank>.log``, as the ranks
-    that Lightning's own launcher starts do.
-    """
-    if not launch.started_together():
-        return
-    HydraConfig.instance().set_config(config)  # as run_job does first: ${hydra:...} resolves
-    run_dir = launch.rank_zero_decides("run_dir", lambda: os.path.abspath(str(OmegaConf.select(config, "hydra.run.dir"))))
-    if (rank := launch.global_rank()) > 0:
-        with read_write(config.hydra):
-            config.hydra.run.dir = run_dir
-            config.hydra.output_subdir = None
-            config.hydra.job.name = f"{config.hydra.job.name}_ddp_process_{rank}"
-
-
-class ShareRunDir(Callback):
-    """One run directory for all ranks of a torchrun or srun launch (before any rank checks or claims it);
-    a sweep (``-m``) started that way is refused: every rank would run all of it."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        try:
-            share_run_dir(config)
-        except ModelforgeError as exc:
-            refuse(exc)
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if launch.started_together():
-            refuse(ConfigError("-m", f"a sweep started by {launch.external_launcher()} would run whole in each of "
-                                     f"its {launch.world_size()} processes",
-                               hint="start a sweep once: `python -m modelforge train -m trainer=ddp ...` starts each "
-                                    "job's ranks itself; hydra/launcher=slurm runs each job as srun tasks"))
-
-
 def current_run_dir(command: str = "train") -> Path:
-    """Hydra's output dir for this job, or without Hydra a fresh unique folder where the CLI's ``command`` puts it."""
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
+    """A fresh unique folder where the CLI's ``command`` puts its runs (the CLI passes Hydra's output dir itself)."""
 
     def new_run_dir() -> str:  # the CLI's layout; the random suffix keeps two runs started in one second apart
         run_dir = Path("outputs") / command / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}_{uuid.uuid4().hex[:6]}"

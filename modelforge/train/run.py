@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from modelforge.build import build_model, model_label
@@ -38,6 +37,7 @@ from modelforge.train.callbacks import early_stop_summary
 from modelforge.train.checkpoints import failure_record
 from modelforge.files.write_faults import write_fault
 from modelforge.train.compiled import CompileCost
+from modelforge.train.context import RunContext
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.eval_config import check_data_fits, eval_data_config, eval_trainer_options
 from modelforge.train.module import ClassifierModule
@@ -50,7 +50,6 @@ from modelforge.train.trainer import (
     build_trainer,
     check_trainer_options,
     describe_device,
-    hydra_overrides,
 )
 
 log = logging.getLogger(__name__)
@@ -76,12 +75,13 @@ def _prepare(run: RunConfig, run_dir: Path,
 
 
 def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None,
-          callbacks: Sequence[pl.Callback] = ()) -> float:
+          callbacks: Sequence[pl.Callback] = (), context: RunContext = RunContext()) -> float:
     """Train, test the final weights, write ``metrics.json``; return ``cfg.monitor`` (what sweepers optimize).
 
     ``cfg``: a config composed from ``conf/train.yaml``, or a RunConfig already checked. ``callbacks``: Lightning
     callbacks of the caller's (a sweep's trial pruning); one with a ``run_record()`` method that returns a
     ``status`` ended the run itself (``metrics.json`` gets its record, and the weights are not tested).
+    ``context``: how the run was started (the CLI's overrides, ...); the defaults are a run from Python.
     """
     phases = Phases()
     quiet_third_party(launch.global_rank())
@@ -89,19 +89,19 @@ def train(cfg: RunConfig | Mapping[str, Any] | DictConfig, run_dir: str | Path |
     # SIGTERM/SIGUSR1 stop the run (status terminated, exit 128+signal): at the end of a
     # batch while training, at once before.
     with stop_signals() as received, contextlib.closing(phases):  # the next run's set-up is timed from its end
-        with _recorded_setup_failure(run_dir, claimed=False):  # a bad config creates no run directory
-            run = validate_run_config(cfg)
-        # Atomic, before anything is written there (the CLI claimed it before Hydra wrote: taken over).
-        claim_run_dir(run_dir, "train")
-        # Under Hydra, Hydra writes train.log.
-        logging_here = contextlib.nullcontext() if HydraConfig.initialized() else run_log(run_dir / "train.log",
-                                                                                          launch.global_rank())
+        with _recorded_setup_failure(run_dir, context, claimed=context.claimed):  # a bad config: no run directory
+            run = validate_run_config(cfg, context)
+        if not context.claimed:  # atomic, before anything is written there (the CLI claims before Hydra writes)
+            claim_run_dir(run_dir, "train", dir_key=context.dir_key)
+        # From the CLI, Hydra's job logging writes train.log.
+        logging_here = run_log(run_dir / "train.log", launch.global_rank()) if context.writes_log else \
+            contextlib.nullcontext()
         with logging_here:
-            return _train(run, run_dir, received, callbacks, phases)
+            return _train(run, run_dir, received, callbacks, phases, context)
 
 
 @contextlib.contextmanager
-def _recorded_setup_failure(run_dir: Path, claimed: bool = True) -> Iterator[None]:
+def _recorded_setup_failure(run_dir: Path, context: RunContext, claimed: bool = True) -> Iterator[None]:
     """A failure before training leaves the run directory (where there is one) a metrics.json saying why.
 
     Not yet ``claimed``: only into an existing directory this run can claim now, never another run's. Rank 0
@@ -110,10 +110,10 @@ def _recorded_setup_failure(run_dir: Path, claimed: bool = True) -> Iterator[Non
     try:
         yield
     except BaseException as exc:
-        if not claimed and not _claim_existing(run_dir):
+        if not claimed and not _claim_existing(run_dir, context):
             raise
         if launch.global_rank() == 0 and run_dir.is_dir() and not (run_dir / "metrics.json").exists():
-            record = _record(run_dir)
+            record = _record(run_dir, context)
             del record["config"]  # config.yaml is written only for a config that passed its checks
             # A signal before training: nothing to resume, but say so.
             status = exc.status if isinstance(exc, Terminated) else "failed"
@@ -122,31 +122,32 @@ def _recorded_setup_failure(run_dir: Path, claimed: bool = True) -> Iterator[Non
         raise
 
 
-def _claim_existing(run_dir: Path) -> bool:
+def _claim_existing(run_dir: Path, context: RunContext) -> bool:
     if run_dir.is_dir():
         with contextlib.suppress(ConfigError):
-            claim_run_dir(run_dir, "train")
+            claim_run_dir(run_dir, "train", dir_key=context.dir_key)
             return True
     return False
 
 
 def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: Sequence[pl.Callback],
-           phases: Phases) -> float:
-    with _recorded_setup_failure(run_dir):
+           phases: Phases, context: RunContext) -> float:
+    with _recorded_setup_failure(run_dir, context):
         if run.seed is not None:
             pl.seed_everything(run.seed, workers=True, verbose=False)
         module, trainer, ckpt = _prepare(run, run_dir, callbacks)
     model, monitor = module.model, run.monitor
     macs = count_macs(model, model.input_shape)[0]  # per sample; also an objective a search may name
     # Built models know their input shape; the one line replaces Lightning's table.
-    log.info("model %s", describe_model(model, model.input_shape, model_label(run.config["model"]), macs=macs))
+    label = model_label(run.config["model"], context.model_files)  # resnet18, not graph, from the CLI
+    log.info("model %s", describe_model(model, model.input_shape, label, macs=macs))
     device = describe_device(trainer)
     log.info("device: %s (%s) x%d, precision %s", device["accelerator"], device["name"], device["devices"],
              device["precision"])
     setup_lines, setup_record = setup_report(run)  # init.from, freeze, the optimizer's groups, weight averaging
     for line in setup_lines:
         log.info(line)
-    metrics: dict[str, Any] = {"status": "running", **_record(run_dir),
+    metrics: dict[str, Any] = {"status": "running", **_record(run_dir, context),
                                "params": sum(p.numel() for p in model.parameters()), "macs": macs,
                                "monitor": monitor, "data": describe_data(run.datamodule), "device": device,
                                **setup_record}
@@ -183,7 +184,7 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
             metrics.update(ended_by)
             if run.config.get("curves") and trainer.is_global_zero:  # after training: never on its steps
                 loggers_off = "trainer.fast_dev_run turns the loggers off" if trainer.fast_dev_run else None
-                metrics.update(write_learning_curves(run_dir, f"{model_label(run.config['model'])}  {run_dir}",
+                metrics.update(write_learning_curves(run_dir, f"{label}  {run_dir}",
                                                      loggers_off))
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
@@ -215,11 +216,10 @@ def callback_records(trainer: pl.Trainer) -> dict[str, Any]:
     return {k: v for record in records if record.get("status") for k, v in record.items()}
 
 
-def _record(run_dir: Path) -> dict[str, Any]:
+def _record(run_dir: Path, context: RunContext) -> dict[str, Any]:
     """Where a run's files are and what produced it: the CLI overrides, or (from Python) its config."""
-    return {"run_dir": str(run_dir), "config": str(run_dir / "config.yaml"),
-            "launched_from": "cli" if HydraConfig.initialized() else "python",
-            "overrides": hydra_overrides() if HydraConfig.initialized() else None}
+    return {"run_dir": str(run_dir), "config": str(run_dir / "config.yaml"), "launched_from": context.launched_from,
+            "overrides": list(context.overrides) if context.overrides is not None else None}
 
 
 @dataclass(frozen=True)
@@ -234,12 +234,14 @@ class EvalPlan:
     datamodule: Any
     module: ClassifierModule  # the checkpoint's weights loaded
     averaging: str | None  # "EMA" when the checkpoint's state_dict holds averaged weights
+    context: RunContext = RunContext()  # how the command was started (the CLI's overrides, ...)
 
 
-def check_eval(cfg: Mapping[str, Any] | DictConfig) -> EvalPlan:
+def check_eval(cfg: Mapping[str, Any] | DictConfig, context: RunContext = RunContext()) -> EvalPlan:
     """Everything ``eval`` checks before it makes its run directory: the options, the checkpoint (read with
     ``weights_only=True``, its model rebuilt, its weights loaded), the data (files there, images of the model's shape,
-    no more classes than it predicts), the hooks' layers. A refusal leaves nothing behind."""
+    no more classes than it predicts), the hooks' layers. A refusal leaves nothing behind. ``context``: from the
+    CLI, which data and trainer keys its command line named (only those override the run's)."""
     quiet_third_party(launch.global_rank())
     plain = load_config(cfg)
     if not plain.get("ckpt_path"):
@@ -250,7 +252,7 @@ def check_eval(cfg: Mapping[str, Any] | DictConfig) -> EvalPlan:
     ckpt_path, which = resolve_checkpoint(plain["ckpt_path"])  # a run directory: its last.ckpt
     ckpt = load_checkpoint(ckpt_path)
     stored = ckpt["hyper_parameters"]["config"]
-    data_config = eval_data_config(plain.get("data") or {}, stored.get("data") or {})
+    data_config = eval_data_config(plain.get("data") or {}, stored.get("data") or {}, context)
     datamodule = build_datamodule(data_config)
     if hasattr(datamodule, "tests_only"):  # an IDX data set: its val_size splits images eval does not read
         datamodule.tests_only = True
@@ -267,14 +269,17 @@ def check_eval(cfg: Mapping[str, Any] | DictConfig) -> EvalPlan:
         plugin.targets(model)
     averaging = model_weights(ckpt)[1]  # callbacks=[ema]: the checkpoint's state_dict holds the average
     chosen = which if Path(plain["ckpt_path"]).expanduser().is_dir() else None
-    return EvalPlan(plain, plugins, ckpt_path, chosen, stored, datamodule, module, averaging)
+    return EvalPlan(plain, plugins, ckpt_path, chosen, stored, datamodule, module, averaging, context)
 
 
-def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
+def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path | None = None,
+             context: RunContext | None = None) -> dict[str, float]:
     """Rebuild the model stored in ``cfg.ckpt_path`` (a checkpoint, or a run directory: its last.ckpt, else its best
     one) and report its test metrics, on the data it was trained on unless ``cfg`` chooses other data. ``cfg``: an
-    eval config, or the plan :func:`~modelforge.train.run.check_eval` made of one (the CLI checks it before Hydra makes the directory)."""
-    plan = cfg if isinstance(cfg, EvalPlan) else check_eval(cfg)
+    eval config, or the plan :func:`~modelforge.train.run.check_eval` made of one (the CLI checks it before Hydra makes the directory).
+    ``context``: as :func:`~modelforge.train.run.check_eval`'s (a plan's own by default)."""
+    plan = cfg if isinstance(cfg, EvalPlan) else check_eval(cfg, context or RunContext())
+    context = context or plan.context
     plain, plugins, ckpt_path, stored, datamodule, module = (plan.plain, plan.plugins, plan.ckpt_path, plan.stored,
                                                              plan.datamodule, plan.module)
     model, averaging = module.model, plan.averaging
@@ -284,10 +289,11 @@ def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path
         log.info("evaluating the %s weights of %s (the run averaged its weights; the trained ones are its "
                  "current_model_state)", averaging, ckpt_path)
     run_dir = Path(run_dir) if run_dir is not None else current_run_dir("eval")  # as the CLI: outputs/eval/...
-    claim_run_dir(run_dir, "eval")  # its eval_metrics.json must replace no earlier record (the CLI's: taken over)
+    if not context.claimed:  # its eval_metrics.json must replace no earlier record (the CLI claims before Hydra writes)
+        claim_run_dir(run_dir, "eval", dir_key=context.dir_key)
     for plugin in plugins:  # what a plugin checks as it attaches (feature_capture: where its images go)
         plugin.attach(model, run_dir=run_dir).remove()
-    trainer_options = eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {})
+    trainer_options = eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {}, context)
     trainer = build_trainer({**stored, "trainer": trainer_options, "hooks": None, "logger": None},
                             run_dir, plugins=plugins, for_eval=True)
     confusion = ConfusionCounts(module.hparams.n_classes)  # from the test's own forward passes

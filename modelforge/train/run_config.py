@@ -19,6 +19,7 @@ from torch import nn
 from modelforge.build import (
     build_checked_model,
     model_config_from_run,
+    naming_definitions,
     validate_model_config,
 )
 from modelforge.config import (
@@ -38,13 +39,13 @@ from modelforge.models.heads import check_classifier_output
 from modelforge.train.callbacks import build_callbacks, check_loggers
 from modelforge.train.checkpoints import resume_checkpoint
 from modelforge.train.compiled import check_compile
+from modelforge.train.context import RunContext
 from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
 from modelforge.train.optim import build_optimizer, validate_optim
 from modelforge.train.stopping import divergence_bound
 from modelforge.train.trainer import (
     build_datamodule,
     check_trainer_options,
-    hydra_overrides,
     resolved_device,
 )
 from modelforge.train.transfer import Transfer, apply_transfer
@@ -76,9 +77,11 @@ class RunConfig:
     cuda_graph: bool = False
 
 
-def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunConfig:
+def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
+                        context: RunContext = RunContext()) -> RunConfig:
     """Check a whole run config; a RunConfig is returned as is (it was checked when made). The top-level keys
-    take TrainConfig's defaults and types (as at composition); here and in the builders, what types cannot say."""
+    take TrainConfig's defaults and types (as at composition); here and in the builders, what types cannot say.
+    ``context``: the command line's overrides (model keys set on purpose) and the model's files (errors' file:line)."""
     if isinstance(cfg, RunConfig):
         return cfg
     raw = load_yaml_file(cfg) if isinstance(cfg, (str, Path)) else cfg
@@ -96,12 +99,13 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig) -> RunC
     plain["data"] = {**(plain.get("data") or {}), **resolved_data_options(datamodule)}  # an image folder's classes
     # The model's input shape and class count follow the data unless set (and then must agree).
     plain["model"] = fill_model_shapes(model_config_from_run(plain), datamodule,
-                                       explicit_model_keys(hydra_overrides()))
+                                       explicit_model_keys(context.overrides or ()))
     for key in MODEL_SHORTCUTS:
         plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
-    model = validate_model_config(plain["model"])
+    with naming_definitions(context.model_files):
+        model = validate_model_config(plain["model"])
     with allocation_errors(plain["model"], "while building the model"):
-        network = build_checked_model(model, seed=seed)
+        network = build_checked_model(model, seed=seed, files=context.model_files)
     check_classifier_output(network, getattr(datamodule, "n_classes", 10))  # the builders build any output
     # Before the optimizer's check: its param_groups see only the parameters left trainable.
     transfer = apply_transfer(plain, network, resuming=ckpt_path is not None)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
@@ -118,11 +117,6 @@ def build_trainer(config: Mapping[str, Any], run_dir: Path, plugins: Sequence[An
     if trainer.world_size > 1 and not for_eval:
         trainer.callbacks.append(StopTogether())  # under DDP, a stop signal ends every rank at the same batch
     return trainer
-
-
-def hydra_overrides() -> list[str]:
-    """The command-line overrides of this Hydra job ([] outside Hydra)."""
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
 # Set by modelforge itself (a user value would silently fight the run directory layout), with where to set them.

@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 from modelforge import ConfigError, build_model, create_model
-from tests.models.test_torchvision_parity import copy_torchvision_weights, randomize, tv_models
+from tests.helpers.parity import copy_torchvision_weights, randomize, torchvision_models
+
+tv_models = torchvision_models()
 
 
 def test_headless_resnet18_equals_torchvision_resnet18_without_fc() -> None:

@@ -21,9 +21,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from modelforge import build_model
 from tests.models.test_shipped_blocks import shipped_blocks
-from tests.models.test_torchvision_parity import import_torchvision_models
+from tests.helpers.parity import torchvision_models
 
-import_torchvision_models()
+torchvision_models()
 from torchvision.models.swin_transformer import SwinTransformerBlock  # noqa: E402  (after the import fix)
 
 TOLERANCE = 1e-6

@@ -17,13 +17,10 @@ import torch
 from torch import Tensor, nn
 
 from modelforge import create_model
+from tests.helpers.parity import n_params, randomize_norms
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def copy_weights(reference: nn.Module, ours: nn.Module) -> None:
@@ -49,33 +46,6 @@ def copy_weights(reference: nn.Module, ours: nn.Module) -> None:
             f"state_dict entry {i}: reference {ref_key} {ref_value.dtype} != ours {our_key} {our_value.dtype}")
         loaded[our_key] = ref_value.detach().clone()
     ours.load_state_dict(loaded, strict=True)
-
-
-@torch.no_grad()
-def randomize_norms(model: nn.Module, input_shape: tuple[int, ...]) -> None:
-    """Give every BatchNorm/LayerNorm random affine weights, and BatchNorm random running stats.
-
-    The running stats are measured on a random batch (train mode, cumulative average), so that each
-    BatchNorm roughly normalizes its input as a trained one would, then perturbed: drawn blindly,
-    they let a deep net's activations die out or blow up, and the output stops depending on the input.
-    """
-    norms = [m for m in model.modules() if isinstance(m, (nn.BatchNorm2d, nn.LayerNorm))]
-    for module in norms:
-        if module.weight is not None:
-            module.weight.uniform_(0.5, 1.5)
-        if module.bias is not None:
-            module.bias.normal_(0.0, 0.2)
-    batch_norms = [m for m in norms if isinstance(m, nn.BatchNorm2d)]
-    if batch_norms:
-        for bn in batch_norms:
-            bn.reset_running_stats()
-            bn.momentum = None
-        model.train()
-        model(torch.randn(4, *input_shape[1:]))
-        for bn in batch_norms:
-            bn.momentum = 0.1
-            bn.running_mean.add_(torch.randn_like(bn.running_mean) * 0.1)
-            bn.running_var.mul_(torch.empty_like(bn.running_var).uniform_(0.8, 1.25))
 
 
 def assert_same_output(reference: nn.Module, ours: nn.Module, x: Tensor) -> None:

@@ -17,7 +17,8 @@ import yaml
 
 from modelforge.errors import ConfigError
 from modelforge.train import train
-from modelforge.train.records import CLAIM_FILE, claim_run_dir, forget_claims_for_tasks
+from modelforge.train.context import RunContext
+from modelforge.train.records import CLAIM_FILE, claim_run_dir
 from tests.conftest import REPO
 from tests.train.conftest import TINY, compose_train
 
@@ -117,15 +118,16 @@ def test_of_many_claims_at_once_exactly_one_succeeds(tmp_path: Path) -> None:
     assert json.loads((run_dir / CLAIM_FILE).read_text())["pid"] == os.getpid()
 
 
-def test_a_claim_for_the_task_is_taken_over_once_and_forgotten_when_no_task_took_it(tmp_path: Path) -> None:
-    claim_run_dir(tmp_path / "cli", for_task=True)  # as the Hydra callback does
-    claim_run_dir(tmp_path / "cli")  # train() of that run takes it over
-    with pytest.raises(ConfigError, match="is taken by another run"):
-        claim_run_dir(tmp_path / "cli")  # any later run is refused
-    claim_run_dir(tmp_path / "failed", for_task=True)
-    forget_claims_for_tasks()  # the command ended before its task ran
-    with pytest.raises(ConfigError, match="is taken by another run"):
-        claim_run_dir(tmp_path / "failed")
+def test_a_directory_its_caller_claimed_is_trained_in_and_any_other_run_is_refused(tiny_mnist: Path,
+                                                                                    tmp_path: Path) -> None:
+    """The CLI claims before Hydra writes and says so (RunContext.claimed): train() claims no second time."""
+    run_dir = tmp_path / "cli"
+    claim_run_dir(run_dir, dir_key="hydra.run.dir")  # as the Hydra callback does
+    cfg = compose_train(tiny_mnist, "model=mlp", "model.hidden_sizes=[8]", "trainer.fast_dev_run=true")
+    train(cfg, run_dir=run_dir, context=RunContext(claimed=True))
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
+    with pytest.raises(ConfigError, match="already holds a run"):
+        claim_run_dir(run_dir)  # any later run is refused
 
 
 def test_a_ddp_rank_claims_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,6 @@
 """torchvision's weights on the zoo (issue 41): its state_dict files load into the models written after it, paired by
 structure, and compute what torchvision computes; ``init.from=torchvision:NAME`` fetches as torchvision does, and says
-where to put the file when it cannot. torchvision itself is found as tests/models/test_torchvision_parity.py finds it."""
+where to put the file when it cannot. torchvision itself is found as tests/helpers/parity.py finds it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from modelforge.train.transfer import apply_transfer
 from modelforge.weights.hub import cache_path, fetch
 from modelforge.weights.torchvision_zoo import TORCHVISION_WEIGHTS, TorchvisionWeights, torchvision_weights
 from tests.data.image_folder_helpers import write_image_folder
-from tests.models.test_torchvision_parity import randomize, tv_models
+from tests.helpers.parity import randomize, torchvision_models
+
+tv_models = torchvision_models()
 
 # The zoo's models written after torchvision and the image side they are compared at (convolutions take any size:
 # 64 is quick; ViT's position embedding is one per 16x16 patch of a 224x224 image).
