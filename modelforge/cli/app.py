@@ -4,6 +4,7 @@ user YAML and ``model=FILE.yaml``, and each refusal as one ``error:`` (exit 2) w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import shlex
@@ -42,6 +43,7 @@ from modelforge.sweep.callback import (
     report_unfinished_sweeps,
 )
 from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
+from modelforge.sweep.resume import held_job
 from modelforge.train.records import EXIT_CONFIG_ERROR, refuse
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's documented switch: raise errors instead of printing them
@@ -66,7 +68,9 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         _set_env(FULL_ERROR, users_full_error)  # the user's, for the job and the DDP ranks it starts
         sys.argv = sweep_job_argv(command) if sweep else saved_argv  # DDP ranks re-run it: in a sweep, this job
         try:
-            with fresh_ddp_state():
+            with fresh_ddp_state(), held_job(cfg) if sweep else contextlib.nullcontext() as kept:
+                if kept is not None:  # resumed: a job that finished before is kept, with its value for the sweeper
+                    return kept.get(str(kept.get("monitor") or "val/acc"))
                 return task(cfg)
         except (RunStopped, ModelforgeError) as exc:
             if not sweep or getattr(exc, "ends_sweep", False):
