@@ -43,7 +43,7 @@ from modelforge.sweep.callback import (
     report_unfinished_sweeps,
 )
 from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
-from modelforge.sweep.resume import held_job
+from modelforge.sweep.resume import held_job, resume_hint
 from modelforge.train.records import EXIT_CONFIG_ERROR, refuse
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's documented switch: raise errors instead of printing them
@@ -74,6 +74,8 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
                 return task(cfg)
         except (RunStopped, ModelforgeError) as exc:
             if not sweep or getattr(exc, "ends_sweep", False):
+                if sweep and isinstance(exc, RunStopped):  # the sweep resumes, its jobs each from its own state
+                    exc.resume_with = resume_hint()
                 refuse(exc)  # with its exit code; a signal ends the sweep too
             if isinstance(exc, RunStopped):
                 print(f"error: {exc}", file=sys.stderr)

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 OPTUNA_SWEEPER = "hydra_plugins.modelforge_optuna_sweeper.sweeper.OptunaSweeper"
 NOT_RUN = "not run"
+LOST = "lost"  # a job whose process died without a word (its directory holds no metrics.json)
 _SWEEPS: list[SweepSummary] = []  # this process's sweeps, for the CLI once Hydra returns or raises
 
 
@@ -151,8 +152,10 @@ class SweepSummary(Callback):
         """Rewrite the summary; ``stopped``: with a ``not run`` row for each planned job that never ran."""
         def not_run(rows: list[JobRow]) -> list[JobRow]:
             ran = {row.job.split("_", 1)[0] for row in rows}
-            return [JobRow(str(num), {"status": NOT_RUN, "overrides": job, "monitor": self.monitor,
-                                      "error": "never ran: the sweep stopped before it"})
+            return [JobRow(str(num), {"overrides": job, "monitor": self.monitor, **(
+                        {"status": LOST, "error": "its process ended without a record (SIGKILL, out of memory?)"}
+                        if (self.dir / str(num)).is_dir() else
+                        {"status": NOT_RUN, "error": "never ran: the sweep stopped before it"})})
                     for num, job in enumerate(self.planned or []) if stopped and str(num) not in ran]
 
         return _write_locked(self.dir, self.fixed, self.objectives, not_run)

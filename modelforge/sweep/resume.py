@@ -68,6 +68,11 @@ def override_difference(before: Sequence[str], now: Sequence[str]) -> str:
                       *(f"lacks {' '.join(missing)}" for _ in missing[:1])])
 
 
+def resume_hint() -> str:
+    """How to resume the sweep of the job running here, for a job that stopped it."""
+    return f"the same command and hydra.sweep.dir={HydraConfig.get().sweep.dir} {RESUME_KEY}=true"
+
+
 @contextmanager
 def held_job(cfg: DictConfig) -> Iterator[dict[str, Any] | None]:
     """Hold this sweep job's directory while the block runs (FileBusyError: another process runs the job).
