@@ -24,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from modelforge.errors import ConfigError
-from modelforge.files.claim import claimed
+from modelforge.files.claim import FileBusyError, claimed
 from modelforge.sweep.summary import METRICS_FILE, SUCCEEDED
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,15 @@ def held_job(cfg: DictConfig) -> Iterator[dict[str, Any] | None]:
     with claimed(job_dir / JOB_CLAIM, what=f"sweep job {hydra.job.num}", key="hydra.sweep.dir",
                  busy="another resume of this sweep runs the job; the summary lists it when it ends"):
         yield continue_job(job_dir, cfg) if resume_asked(hydra) else None
+
+
+def job_is_held(job_dir: Path) -> bool:
+    """Whether a process runs the sweep job in ``job_dir`` now (holds it: :func:`held_job`)."""
+    try:
+        with claimed(job_dir / JOB_CLAIM, what="a look"):
+            return False
+    except FileBusyError:
+        return True
 
 
 def continue_job(job_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
