@@ -12,6 +12,7 @@ COMMANDS = {
     "export": "export a checkpoint to pt2, onnx or torchscript, checked against the eager model",
     "predict": "classify images with a checkpoint or an exported model: predict ckpt_path=... inputs=DIR",
     "list": "list registries and their names: list [REGISTRY] [GLOB]",
+    "diff": "compare two runs, sweep jobs or checkpoints: diff RUN_A RUN_B (exit 0: the same experiment)",
 }
 
 
@@ -47,8 +48,17 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean {guess[0]!r}?)" if guess else ""
         print(f"error: unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    from modelforge.cli.commands import TASKS, list_names
     from modelforge.errors import ModelforgeError
+
+    if name == "diff":  # reads records only: no Hydra app, no Lightning
+        from modelforge.report.run_diff import diff_main
+
+        try:
+            return diff_main(rest)
+        except ModelforgeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    from modelforge.cli.commands import TASKS, list_names
     from modelforge.train import launch  # Lightning-free
 
     # Started by torchrun or srun, each rank would do the whole job: rank 0 does it. (Ranks, not the launcher's
