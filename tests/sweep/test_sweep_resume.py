@@ -124,10 +124,9 @@ def test_a_submitit_sweep_with_one_job_terminated_and_one_killed_resumes_to_the_
     proc = subprocess.Popen([sys.executable, "-m", "modelforge", "train", "-m", *SWEEP, launcher, *tiny_args,
                              f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    for job in ("1", "2"):  # each job is a process of submitit's; both have trained an epoch of 10
-        wait_for(sweep_dir / job / "checkpoints" / "last.ckpt", proc)
-    os.kill(_pid(sweep_dir / "1"), signal.SIGTERM)
-    os.kill(_pid(sweep_dir / "2"), signal.SIGKILL)
+    for job, signum in (("1", signal.SIGTERM), ("2", signal.SIGKILL)):  # each job is a process of submitit's
+        wait_for(sweep_dir / job / "checkpoints" / "last.ckpt", proc, limit_s=600)  # an epoch of 10 trained
+        os.kill(_pid(sweep_dir / job), signum)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode != 0
     # submitit's jobs outlive the sweep's process, which stops waiting at the first failed job
