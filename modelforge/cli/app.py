@@ -43,7 +43,7 @@ from modelforge.sweep.callback import (
     report_unfinished_sweeps,
 )
 from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
-from modelforge.sweep.resume import held_job, resume_hint
+from modelforge.sweep.resume import RESUME_KEY, held_job, resume_hint
 from modelforge.train.records import EXIT_CONFIG_ERROR, refuse
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's documented switch: raise errors instead of printing them
@@ -98,6 +98,9 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
     except BaseException as exc:
         _set_env(FULL_ERROR, users_full_error)
         report_unfinished_sweeps()  # Hydra stops a sweep at a failed job without on_multirun_end
+        if (lost := lost_job(exc)) is not None:  # submitit's: a job's process was killed, or failed
+            print(f"error: {lost}", file=sys.stderr)
+            return 1
         if (error := config_error(exc, cmd)) is None:  # Hydra's report and exit 1; SystemExit, ^C pass through
             hydra_utils.run_and_report(functools.partial(_reraise, exc))
         print(f"error: {error}", file=sys.stderr)
@@ -105,6 +108,17 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
     finally:
         _set_env(FULL_ERROR, users_full_error)
         forget_validated()
+
+
+def lost_job(exc: BaseException) -> str | None:
+    """One line for submitit's error about a job that left no result (its process killed, or failed), naming the
+    job's files and the resume switch; None for any other error. (Its own message is a traceback's worth.)"""
+    submitit = sys.modules.get("submitit.core.utils")  # imported by its launcher: no sweep of it, no such error
+    if submitit is None or not isinstance(exc, (submitit.UncompletedJobError, submitit.FailedJobError)):
+        return None
+    head = " ".join(str(exc).split("\n")[:2])
+    return f"a job of the sweep left no result: {head}; resume the sweep with the same command and its " \
+           f"hydra.sweep.dir and {RESUME_KEY}=true"
 
 
 def _help_groups() -> str:
