@@ -23,7 +23,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from modelforge.errors import ConfigError
+from modelforge.errors import ConfigError, ModelforgeError
 from modelforge.files.claim import FileBusyError, claimed
 from modelforge.sweep.summary import METRICS_FILE, SUCCEEDED
 
@@ -112,13 +112,25 @@ def continue_job(job_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
     for path in earlier:  # renamed, never copied: the directory's earlier files move whole or stay
         os.rename(path, attempt / path.name)
     found = [attempt / "checkpoints" / name for name in _CHECKPOINTS if (attempt / "checkpoints" / name).is_file()]
-    if status in _STOPPED and found:
+    if status in _STOPPED and found and _epochs_left(found[0], cfg):
         with open_dict(cfg):
             cfg.ckpt_path = str(found[0])
         log.info("resume: job %s stopped (%s); it continues from %s", job_dir.name, status or "no record", found[0])
     else:
         log.info("resume: job %s %s; it runs again", job_dir.name, status or "left no record")
     return None
+
+
+def _epochs_left(ckpt_path: Path, cfg: DictConfig) -> bool:
+    """Whether the checkpoint has training left (a job stopped while testing saved the whole fit: it runs again)."""
+    from modelforge.deploy.load import load_checkpoint
+    from modelforge.train.checkpoints import check_epochs_left
+
+    try:
+        check_epochs_left(load_checkpoint(ckpt_path), OmegaConf.to_container(cfg.trainer, resolve=True))
+    except ModelforgeError:  # nothing left to train, or a checkpoint that cannot be read: the job runs again
+        return False
+    return True
 
 
 def _record(path: Path) -> dict[str, Any]:
