@@ -126,6 +126,9 @@ def _epochs_left(ckpt_path: Path, cfg: DictConfig) -> bool:
     from modelforge.deploy.load import load_checkpoint
     from modelforge.train.checkpoints import check_epochs_left
 
+    if OmegaConf.select(cfg, "trainer.fast_dev_run"):
+        return False  # a smoke test's few batches: run again, as Lightning resumes no fast_dev_run
+
     try:
         check_epochs_left(load_checkpoint(ckpt_path), OmegaConf.to_container(cfg.trainer, resolve=True))
     except ModelforgeError:  # nothing left to train, or a checkpoint that cannot be read: the job runs again

@@ -92,20 +92,31 @@ def test_a_resume_with_other_overrides_is_refused_in_one_line_and_changes_nothin
     assert {r["job"]: r["status"] for r in read_summary(tmp_path / "sweep")} == {"0": "finished", "1": "finished"}
 
 
-def test_a_job_held_by_another_process_is_not_run_and_its_directory_is_left_alone(tmp_path: Path) -> None:
-    job_dir = tmp_path / "0"
-    job_dir.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from modelforge.files.claim import claimed\n"
-        f"with claimed(Path({str(job_dir)!r}) / 'sweep_job', 'sweep job 0'):\n"
+def test_a_job_held_by_another_process_is_not_run_and_its_directory_is_left_alone(sweep_here, tmp_path: Path) -> None:
+    grid = ["model=mlp", "model.hidden_sizes=[8],[4]", "trainer.max_epochs=1"]
+    first = sweep_here(*grid)
+    assert first.returncode == 0, first.stderr[-2000:]
+    job_dir = tmp_path / "sweep" / "1"
+    (job_dir / "metrics.json").unlink()  # as a job killed outright leaves it
+    holder = subprocess.Popen([sys.executable, "-c", (  # a second resume, running job 1
+        "import sys; from pathlib import Path; from modelforge.files.claim import claimed\n"
+        f"with claimed(Path({str(job_dir)!r}) / 'sweep_job', 'sweep job 1'):\n"
         "    print('held', flush=True); sys.stdin.read()")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True, env=child_env())
     try:
         assert holder.stdout.readline() == "held\n"
         assert job_is_held(job_dir)
+        meanwhile = sweep_here(*grid, RESUME)
     finally:
         holder.communicate("")
+    assert meanwhile.returncode == 1
+    assert "another resume of this sweep runs the job" in meanwhile.stderr + meanwhile.stdout
+    assert not (job_dir / "metrics.json").exists() and not (job_dir / ".attempts").exists()
+
     assert not job_is_held(job_dir)
+    after = sweep_here(*grid, RESUME)
+    assert after.returncode == 0, after.stderr[-2000:]
+    assert {r["job"]: r["status"] for r in read_summary(tmp_path / "sweep")} == {"0": "finished", "1": "finished"}
 
 
 def _pid(job_dir: Path) -> int:
