@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from modelforge.errors import ModelforgeError
 
     if name == "diff":  # reads records only: no Hydra app, no Lightning
-        from modelforge.report.run_diff import diff_main
+        from modelforge.cli.run_diff import diff_main
 
         try:
             return diff_main(rest)
