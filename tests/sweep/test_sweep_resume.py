@@ -160,3 +160,32 @@ def test_a_submitit_sweep_with_one_job_terminated_and_one_killed_resumes_to_the_
     assert _rows(sweep_dir) == _rows(never_stopped)
     for job in ("0", "1", "2", "3"):
         assert {k: v for k, v in _learnt(sweep_dir / job).items()} == _learnt(never_stopped / job), job
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_an_optuna_search_killed_in_a_trial_resumes_that_trial_as_a_retry_and_stops_at_n_trials(
+        tmp_path: Path, tiny_args: list[str], sweep_here) -> None:
+    import optuna
+    from optuna.trial import TrialState
+
+    sweep_dir = tmp_path / "sweep"
+    search = ["model=mlp", "trainer.max_epochs=10", "hparams_search=optuna", "hydra.sweeper.n_trials=3",
+              "~hydra.sweeper.params.enc_sizes", "~hydra.sweeper.params.activation"]
+    proc = start_train("-m", *search, *tiny_args, f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path)
+    deadline = time.monotonic() + 600
+    while not list(sweep_dir.glob("1_*/checkpoints/last.ckpt")):  # trial 1 trains
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: the search's process says nothing, its trial stays RUNNING in the study
+    proc.communicate()
+    (killed,) = sweep_dir.glob("1_*")
+
+    resumed = sweep_here(*search, "hydra.sweeper.retry_stale_trials=1", RESUME)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    study = optuna.load_study(study_name="modelforge", storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[2].params == trials[1].params and trials[2].system_attrs["failed_trial"] == 1
+    assert json.loads((killed / "metrics.json").read_text())["status"] == "failed"
+    assert "WorkerLost" in json.loads((killed / "metrics.json").read_text())["error"]
