@@ -32,11 +32,10 @@ def lock_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def claimed(path: str | Path, what: str = "export", key: str = "output", busy: str | None = None) -> Iterator[None]:
+def claimed(path: str | Path, what: str = "export", key: str = "output") -> Iterator[None]:
     """Hold ``path`` for this process while the block runs, or raise FileBusyError naming the holder.
 
-    ``what``: the command, written into the lock file for the message another claimant gets; ``busy``: what that
-    message advises (None: to wait, or to write another file).
+    ``what``: the command, written into the lock file for the message another claimant gets.
     """
     path = Path(path)
     made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
@@ -49,8 +48,8 @@ def claimed(path: str | Path, what: str = "export", key: str = "output", busy: s
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            busy = busy or f"wait for it to finish, or write another file (output=OTHER{path.suffix})"
-            raise FileBusyError(f"{key}: {path} is being written by another process ({holder}); {busy}") from None
+            raise FileBusyError(f"{key}: {path} is being written by another process ({holder}); wait for it to "
+                                f"finish, or write another file (output=OTHER{path.suffix})") from None
         try:
             if os.stat(lock).st_ino == os.fstat(fd).st_ino:
                 break

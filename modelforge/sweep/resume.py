@@ -11,6 +11,7 @@ started runs. The files of the attempt before move to ``.attempts/N/`` in the jo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -82,8 +83,12 @@ def held_job(cfg: DictConfig) -> Iterator[dict[str, Any] | None]:
     """
     hydra = HydraConfig.get()
     job_dir = Path(hydra.runtime.output_dir)
-    with claimed(job_dir / JOB_CLAIM, what=f"sweep job {hydra.job.num}", key="hydra.sweep.dir",
-                 busy="another resume of this sweep runs the job; the summary lists it when it ends"):
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(claimed(job_dir / JOB_CLAIM, what=f"sweep job {hydra.job.num}", key="hydra.sweep.dir"))
+        except FileBusyError:  # its message is an export's
+            raise FileBusyError(f"hydra.sweep.dir: job {hydra.job.num} ({job_dir}) is run by another process: another "
+                                "resume of this sweep runs the job; the summary lists it when it ends") from None
         yield continue_job(job_dir, cfg) if resume_asked(hydra) else None
 
 
