@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean {guess[0]!r}?)" if guess else ""
         print(f"error: unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    from modelforge.cli.commands import TASKS, list_names
     from modelforge.errors import ModelforgeError
+    from modelforge.train import launch  # Lightning-free
 
     if name == "diff":  # reads records only: no Hydra app, no Lightning
         from modelforge.cli.run_diff import diff_main
@@ -58,8 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         except ModelforgeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    from modelforge.cli.commands import TASKS, list_names
-    from modelforge.train import launch  # Lightning-free
 
     # Started by torchrun or srun, each rank would do the whole job: rank 0 does it. (Ranks, not the launcher's
     # variables alone: an sbatch script that runs the command without srun is rank 0.)
