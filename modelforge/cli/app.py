@@ -71,6 +71,8 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
             with fresh_ddp_state(), held_job(cfg) if sweep else contextlib.nullcontext() as kept:
                 if kept is not None:  # resumed: a job that finished before is kept, with its value for the sweeper
                     return kept.get(str(kept.get("monitor") or "val/acc"))
+                if sweep and cfg.get("ckpt_path") and not any(a.startswith("ckpt_path=") for a in sys.argv):
+                    sys.argv.append(f"ckpt_path={cfg.ckpt_path}")  # resumed here: DDP ranks re-run argv, and resume too
                 return task(cfg)
         except (RunStopped, ModelforgeError) as exc:
             if not sweep or getattr(exc, "ends_sweep", False):
