@@ -10,7 +10,8 @@ user stands:
   commands run; every other line must be one that NOT_RUN knows, and is listed with its reason.
 - ``console``: a transcript, ``$ command`` and what it printed. A transcript that shows an ``error:`` line must
   exit 2 (or the ``(exit N)`` its note shows) and print that line and the indented lines under it, ``...``
-  standing for any text; its other lines must start lines it printed (their first two words). A transcript whose
+  standing for any text; its other lines must start lines it printed (their first two words). A sweep whose
+  command ends in ``# SIGTERM once job N trains`` gets that signal once job N saved its first epoch. A transcript whose
   set-up this script cannot make (a signal at a chosen moment, a full disk: SET_UPS) is listed with its reason;
   the test named beside it on the page makes it.
 - ``python``: the block runs as a script and must exit 0; the first word of a ``print(...)  # comment`` must be in
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gzip
+import json
 import os
 import re
 import shutil
@@ -38,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -375,13 +378,16 @@ def _die_with_parent() -> None:
 
 
 def run_process(argv: list[str], timeout: float | None = None, stdin: str | None = None,
-                **options: object) -> subprocess.CompletedProcess:
+                stop_when: Path | None = None, **options: object) -> subprocess.CompletedProcess:
     """subprocess.run in a process group of its own, led by GUARD: the group is killed whole on a timeout, when the
-    script is stopped, and when the script dies."""
+    script is stopped, and when the script dies. ``stop_when``: a sweep job's directory; once its first epoch is
+    saved, SIGTERM goes to the process that claimed it (as ``kill`` would, or a cluster's time limit)."""
     guarded = [sys.executable, "-c", GUARD, str(os.getpid()), *argv]
     proc = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, text=True,
                             start_new_session=True, preexec_fn=_die_with_parent, **options)
+    if stop_when is not None:  # beside communicate(), which keeps reading the pipes meanwhile
+        threading.Thread(target=_terminate_once_training, args=(proc, stop_when), daemon=True).start()
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except BaseException:
@@ -392,6 +398,20 @@ def run_process(argv: list[str], timeout: float | None = None, stdin: str | None
         proc.communicate()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _terminate_once_training(proc: subprocess.Popen, job_dir: Path) -> None:
+    while proc.poll() is None and not (job_dir / "checkpoints" / "last.ckpt").is_file():
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.kill(json.loads((job_dir / ".run_claim").read_text())["pid"], signal.SIGTERM)
+
+
+def stopped_job(command: Command, work: Path) -> Path | None:
+    """The job directory of a sweep the page stops by a signal: ``# SIGTERM once job N trains`` after the command."""
+    match = re.search(r"SIGTERM once job (\d+) trains", command.comment)
+    sweep_dir = next((a.split("=", 1)[1] for a in command.argv if a.startswith("hydra.sweep.dir=")), None)
+    return work / sweep_dir / match.group(1) if match and sweep_dir else None
 
 
 # --- running the pages ---
@@ -411,7 +431,7 @@ def run_one(command: Command, work: Path, env: dict[str, str], timeout: float) -
         argv = resolved(argv, env)
     start = time.perf_counter()
     try:
-        done = run_process(argv, timeout, stdin=code, cwd=work, env=env)
+        done = run_process(argv, timeout, stdin=code, stop_when=stopped_job(command, work), cwd=work, env=env)
     except subprocess.TimeoutExpired:
         return Outcome(command, -1, time.perf_counter() - start, f"but ran past {timeout:.0f} s")
     seconds = time.perf_counter() - start

@@ -12,6 +12,7 @@ COMMANDS = {
     "export": "export a checkpoint to pt2, onnx or torchscript, checked against the eager model",
     "predict": "classify images with a checkpoint or an exported model: predict ckpt_path=... inputs=DIR",
     "list": "list registries and their names: list [REGISTRY] [GLOB]",
+    "diff": "compare two runs, sweep jobs or checkpoints: diff RUN_A RUN_B (exit 0: the same experiment)",
 }
 
 # What `pip install modelforge` leaves out and these commands need: the `train` extra (pyproject.toml), by the
@@ -79,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     from modelforge.cli.commands import TASKS, list_names
     from modelforge.errors import ModelforgeError
     from modelforge.train import launch  # Lightning-free
+
+    if name == "diff":  # reads records only: no Hydra app, no Lightning
+        from modelforge.cli.run_diff import diff_main
+
+        try:
+            return diff_main(rest)
+        except ModelforgeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
 
     # Started by torchrun or srun, each rank would do the whole job: rank 0 does it. (Ranks, not the launcher's
     # variables alone: an sbatch script that runs the command without srun is rank 0.)

@@ -4,6 +4,7 @@ user YAML and ``model=FILE.yaml``, and each refusal as one ``error:`` (exit 2) w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import shlex
@@ -47,6 +48,7 @@ from modelforge.sweep.callback import (
     report_unfinished_sweeps,
 )
 from modelforge.sweep.ddp import fresh_ddp_state, sweep_job_argv
+from modelforge.sweep.resume import RESUME_KEY, held_job, resume_hint
 from modelforge.train.records import EXIT_CONFIG_ERROR, refuse
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's documented switch: raise errors instead of printing them
@@ -72,10 +74,16 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         # DDP ranks re-run sys.argv: in a sweep, this job
         sys.argv = sweep_job_argv(command, HydraConfig.get()) if sweep else saved_argv
         try:
-            with fresh_ddp_state():
+            with fresh_ddp_state(), held_job(cfg) if sweep else contextlib.nullcontext() as kept:
+                if kept is not None:  # resumed: a job that finished before is kept, with its value for the sweeper
+                    return kept.get(str(kept.get("monitor") or "val/acc"))
+                if sweep and cfg.get("ckpt_path") and not any(a.startswith("ckpt_path=") for a in sys.argv):
+                    sys.argv.append(f"ckpt_path={cfg.ckpt_path}")  # resumed here: DDP ranks re-run argv, and resume too
                 return task(cfg) if checked is None else task(cfg, checked)
         except (RunStopped, ModelforgeError) as exc:
             if not sweep or getattr(exc, "ends_sweep", False):
+                if sweep and isinstance(exc, RunStopped):  # the sweep resumes, its jobs each from its own state
+                    exc.resume_with = resume_hint()
                 refuse(exc)  # with its exit code; a signal ends the sweep too
             if isinstance(exc, RunStopped):
                 print(f"error: {exc}", file=sys.stderr)
@@ -101,12 +109,26 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
     except BaseException as exc:
         _set_env(FULL_ERROR, users_full_error)
         report_unfinished_sweeps()  # Hydra stops a sweep at a failed job without on_multirun_end
+        if (lost := lost_job(exc)) is not None:  # submitit's: a job's process was killed, or failed
+            print(f"error: {lost}", file=sys.stderr)
+            return 1
         if (error := config_error(exc, cmd)) is None:  # Hydra's report and exit 1; SystemExit, ^C pass through
             hydra_utils.run_and_report(functools.partial(_reraise, exc))
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     finally:
         _set_env(FULL_ERROR, users_full_error)
+
+
+def lost_job(exc: BaseException) -> str | None:
+    """One line for submitit's error about a job that left no result (its process killed, or failed), naming the
+    job's files and the resume switch; None for any other error. (Its own message is a traceback's worth.)"""
+    submitit = sys.modules.get("submitit.core.utils")  # imported by its launcher: no sweep of it, no such error
+    if submitit is None or not isinstance(exc, (submitit.UncompletedJobError, submitit.FailedJobError)):
+        return None
+    head = " ".join(str(exc).split("\n")[:2])
+    return f"a job of the sweep left no result: {head}; resume the sweep with the same command and its " \
+           f"hydra.sweep.dir and {RESUME_KEY}=true"
 
 
 def _help_groups() -> str:

@@ -30,7 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 from modelforge.config import check_top_level_keys, train_keys
 from modelforge.errors import ConfigError
 from modelforge.files.atomic import write_text
+from modelforge.files.claim import FileBusyError
 from modelforge.files.paths import check_writable
+from modelforge.sweep.resume import check_resume
 from modelforge.sweep.study import objectives_and_directions, search_settings, storage_file
 from modelforge.sweep.summary import (
     METRICS_FILE,
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # the _target_ Hydra's config names
 OPTUNA_SWEEPER = "hydra_plugins.modelforge_optuna_sweeper.sweeper.OptunaSweeper"
 NOT_RUN = "not run"
+LOST = "lost"  # a job whose process died without a word (its directory holds no metrics.json)
 _SWEEPS: list[SweepSummary] = []  # this process's sweeps, for the CLI once Hydra returns or raises
 
 
@@ -109,13 +112,19 @@ def objectives_of(config: DictConfig) -> list[tuple[str, str]]:
 
 
 class SweepSummary(Callback):
-    """Rewrites ``summary.csv``/``summary.md`` in the sweep dir after every job; prints the table at the end."""
+    """Rewrites ``summary.csv``/``summary.md`` in the sweep dir after every job; prints the table at the end.
+
+    ``resume``: continue the sweep in ``hydra.sweep.dir``, run with the same overrides (:mod:`modelforge.sweep.resume`).
+    """
+
+    def __init__(self, resume: bool = False) -> None:
+        self.resume = resume
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:  # before the sweeper writes multirun.yaml there, or anything is made
             check_top_level_keys(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), train_keys(),
                                  "train")  # what every job would refuse
-            check_sweep_dir(config)
+            check_resume(config) if self.resume else check_sweep_dir(config)
             self.objectives = objectives_of(config)
         except ConfigError as exc:
             refuse(exc)
@@ -123,7 +132,9 @@ class SweepSummary(Callback):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fixed = [str(o) for o in config.hydra.overrides.task]
         self.planned, self.monitor = planned_jobs(config), config.get("monitor")
-        self.earlier = {p.name for p in self.dir.iterdir() if p.is_dir()}  # a continued study's jobs are history
+        # A continued study's jobs are history; a resumed grid's are this sweep's own, run again or kept.
+        grid = config.hydra.sweeper.get("_target_") != OPTUNA_SWEEPER
+        self.earlier = set() if self.resume and grid else {p.name for p in self.dir.iterdir() if p.is_dir()}
         self.failed: list[str] | None = None  # its failed jobs, once it ends
         _SWEEPS.append(self)
 
@@ -147,8 +158,10 @@ class SweepSummary(Callback):
         """Rewrite the summary; ``stopped``: with a ``not run`` row for each planned job that never ran."""
         def not_run(rows: list[JobRow]) -> list[JobRow]:
             ran = {row.job.split("_", 1)[0] for row in rows}
-            return [JobRow(str(num), {"status": NOT_RUN, "overrides": job, "monitor": self.monitor,
-                                      "error": "never ran: the sweep stopped before it"})
+            return [JobRow(str(num), {"overrides": job, "monitor": self.monitor, **(
+                        {"status": LOST, "error": "its process ended without a record (SIGKILL, out of memory?)"}
+                        if (self.dir / str(num)).is_dir() else
+                        {"status": NOT_RUN, "error": "never ran: the sweep stopped before it"})})
                     for num, job in enumerate(self.planned or []) if stopped and str(num) not in ran]
 
         return _write_locked(self.dir, self.fixed, self.objectives, not_run)
@@ -224,6 +237,8 @@ def record_failure(job_dir: Path, job_return: JobReturn, started: float = 0.0, m
     exc = job_return._return_value  # the public `return_value` re-raises it
     if isinstance(exc, CompactHydraException) and exc.__cause__ is not None:
         exc = exc.__cause__  # modelforge.cli.app.SweepJobError wraps the ModelforgeError
+    if isinstance(exc, FileBusyError):
+        return  # another process runs the job (two resumes of one sweep): its record is that process's to write
     defaults = {"overrides": list(job_return.overrides or []), "run_dir": str(job_dir),
                 **({"monitor": monitor} if monitor else {})}
     metrics = {**defaults, **metrics, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}

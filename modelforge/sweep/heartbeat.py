@@ -134,6 +134,31 @@ def record_dead_job(job_dir: Path, number: int, why: str) -> None:
         rewrite_summary(sweep_dir)
 
 
+def fail_dead_jobs(study: optuna.Study, sweep_dir: Path, retries: int) -> None:
+    """On a sweep's resume: fail at once each RUNNING trial whose job ran in ``sweep_dir`` and that no process runs
+    now (its worker died with the sweep), as ``fail_stale_trials`` would after the grace period, and retry it up to
+    ``retries`` times as Optuna's RetryFailedTrialCallback does. Trials whose job directory is not known yet (another
+    launcher's, recorded when they end) are left to the heartbeat."""
+    from modelforge.sweep.resume import job_is_held  # Hydra's side: imported when a sweep resumes
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        run_dir = Path(str(trial.user_attrs.get("run_dir") or ""))
+        if not trial.user_attrs.get("run_dir") or sweep_dir.resolve() not in run_dir.resolve().parents \
+                or job_is_held(run_dir):
+            continue
+        try:
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        except UpdateFinishedTrialError:  # its worker told it meanwhile
+            continue
+        why = "its sweep's process died while it ran (found when the sweep resumed: no process runs its job)"
+        log.warning("trial %d failed: %s (%s)", trial.number, why, run_dir)
+        record_dead_job(run_dir, trial.number, why)
+        if retries > 0:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                RetryHeartbeatStaleTrialCallback(max_retry=retries)(study, study._storage.get_trial(trial._trial_id))
+
+
 def fail_stale_trials(study: optuna.Study) -> None:
     """Optuna's ``fail_stale_trials`` (experimental, hence quiet): trials without a heartbeat for the grace period
     become FAIL, each recorded by :class:`StaleTrialRecord`. Nothing for storages without a heartbeat."""

@@ -30,6 +30,7 @@ from modelforge.errors import ConfigError
 from modelforge.files.atomic import write_text, write_yaml
 from modelforge.sweep import heartbeat, search_space
 from modelforge.sweep.plots import plot_study
+from modelforge.sweep.resume import resume_asked
 from modelforge.sweep.study import (
     BASIC_LAUNCHER,
     SWEEPER,
@@ -85,6 +86,12 @@ class OptunaSearch:
         write_text(self.sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         returns: list[Sequence[JobReturn]] = []
         remaining = self._trials_to_run(study)
+        if resume_asked(self.config.hydra):  # the study continues to its n_trials, a dead job's trial failed first
+            heartbeat.fail_dead_jobs(study, self.sweep_dir, self.settings.retry_stale_trials)
+            run = sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
+            log.info("resume: %d of the study's %d trials have run (or run now); %d to run", run, self.n_trials,
+                     max(self.n_trials - run, 0))
+            remaining = min(remaining, max(self.n_trials - run, 0))
         while remaining > 0 and not self.grid_done:
             heartbeat.fail_stale_trials(study)  # a dead worker's, before the sampler reads the study
             trials = [self._ask(study, space, conditions, fixed) for _ in range(min(self.n_jobs, remaining))]

@@ -41,9 +41,12 @@ class JobRow:
 
 
 def read_rows(sweep_dir: str | Path) -> list[JobRow]:
-    """A row per ``metrics.json`` below ``sweep_dir``, at any depth (``hydra.sweep.subdir`` may nest)."""
+    """A row per ``metrics.json`` below ``sweep_dir``, at any depth (``hydra.sweep.subdir`` may nest), but in hidden
+    folders."""
     rows = []
     for path in sorted(Path(sweep_dir).glob(f"*/**/{METRICS_FILE}")):
+        if any(part.startswith(".") for part in path.relative_to(sweep_dir).parts):
+            continue  # a resumed job's earlier attempt (.attempts/), submitit's logs
         try:
             metrics = json.loads(path.read_text())
         except (OSError, ValueError) as exc:  # a half-written or foreign file: still show the job

@@ -41,6 +41,7 @@ from modelforge.train.context import RunContext
 from modelforge.train.ddp_teardown import ddp_run_scope
 from modelforge.train.eval_config import check_data_fits, eval_data_config, eval_trainer_options
 from modelforge.train.module import ClassifierModule
+from modelforge.train.provenance import data_fingerprint, environment
 from modelforge.train.records import claim_run_dir, current_run_dir, write_metrics
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.run_report import setup_report
@@ -150,6 +151,8 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
     metrics: dict[str, Any] = {"status": "running", **_record(run_dir, context),
                                "params": sum(p.numel() for p in model.parameters()), "macs": macs,
                                "monitor": monitor, "data": describe_data(run.datamodule), "device": device,
+                               # what `diff` compares besides the config: the data files read, the software
+                               "data_files": data_fingerprint(run.datamodule), "environment": environment(),
                                **setup_record}
     if trainer.is_global_zero:
         write_yaml(run_dir / "config.yaml", run.config)
