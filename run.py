@@ -53,6 +53,7 @@ COMMANDS = {
     "export": (("train",), ["-m", "modelforge", "export"]),
     "predict": (("train",), ["-m", "modelforge", "predict"]),
     "list": (("train",), ["-m", "modelforge", "list"]),
+    "diff": (("train",), ["-m", "modelforge", "diff"]),
 }
 IN_CHECKOUT = ("test", "docs")  # run in the checkout; the others where you stand (outputs/, your paths)
 STAMP = ".modelforge-setup.json"  # in the environment: what was installed from which pyproject.toml

@@ -77,7 +77,7 @@ def test_an_unknown_command_names_the_known_ones_in_one_line_and_exits_2(capsys)
     assert setup_script.main(["tarin"]) == 2
     err = capsys.readouterr().err
     assert err == ("error: unknown command 'tarin' (did you mean 'train'?); run.py's commands: train, test, docs, "
-                   "eval, summary, export, predict, list\n")
+                   "eval, summary, export, predict, list, diff\n")
 
 
 def test_no_command_prints_the_usage_and_exits_2(capsys) -> None:
