@@ -7,7 +7,7 @@ else 1``). The grammar is deliberately tiny: integer and float literals,
 a probability ``drop_path * index / 11``, never a width), unary minus,
 comparisons, ``and``/``or``/``not``, ``x if c else y``, the calls ``min``
 and ``max`` (of numbers, or of a list parameter's: ``min(input_size)``, the
-shorter side of the image) and one entry of a list parameter (``input_size[0]``, the
+shorter side of the image), ``len`` of a list parameter (a U-Net's levels) and one entry of a list parameter (``input_size[0]``, the
 height; ``input_shape[-1]``, the last size). Anything else (attributes, other calls,
 slices, ``**``) is an error naming the expression, so a config can never run code.
 
@@ -42,7 +42,7 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
 _CALLS = {"min": min, "max": max}
 _CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 ALLOWED = ("integer literals, parameter names, + - * / // %, comparisons, and/or/not, "
-           "'a if cond else b', min(...), max(...), a list parameter's entry (input_size[0])")
+           "'a if cond else b', min(...), max(...), len(a list), a list parameter's entry (input_size[0])")
 _TENSOR_COMPARE = {ast.Eq: torch.eq, ast.NotEq: torch.ne, ast.Lt: torch.lt, ast.LtE: torch.le,
                    ast.Gt: torch.gt, ast.GtE: torch.ge}
 
@@ -244,6 +244,12 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
             return entry(node)
         if isinstance(node, ast.Lambda):
             return formula(node)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
+                and len(node.args) == 1 and not node.keywords):  # a list parameter's length: a U-Net's levels
+            value = walk(node.args[0])
+            if not isinstance(value, (list, tuple)):
+                raise fail(f"len takes a list, got {value!r}")
+            return len(value)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
                 and node.args and not node.keywords):
             values: list[Any] = []
