@@ -21,8 +21,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from modelforge.data.datamodule import MNISTDataModule, _batch_as_is  # noqa: F401 - _loader's collate
-from modelforge.data.idx import MNIST
-from modelforge.data.options import DerivedOptions
+from modelforge.data.options import DERIVED_CLASS_NAMES, DerivedOptions
 
 CANVAS, CELL, SHIFT = 56, 28, 4
 _SEEDS = {"train": 1234, "test": 5678}  # per split: the test set never shares draws with the training set
@@ -133,8 +132,7 @@ class DerivedDataModule(DerivedOptions, MNISTDataModule):
 
     @property
     def class_names(self) -> tuple[str, ...]:
-        return {"mnist_segment": ("background", *MNIST.classes), "mnist_multilabel": MNIST.classes,
-                "mnist_sum": ("sum",)}.get(self.kind, ())
+        return DERIVED_CLASS_NAMES.get(self.kind, ())
 
     def check(self) -> dict[str, int]:
         n_val = self._val_count(self.n_train)

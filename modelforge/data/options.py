@@ -118,6 +118,9 @@ def _derived_signature() -> inspect.Signature:
 
 DerivedOptions.__init__.__signature__ = _derived_signature()  # type: ignore[attr-defined]
 DERIVED_SETS = ("mnist_segment", "mnist_denoise", "mnist_multilabel", "mnist_sum")
+DIGITS = tuple(str(k) for k in range(10))
+# What each index of a derived set's output means (the denoising set's output is an image).
+DERIVED_CLASS_NAMES = {"mnist_segment": ("background", *DIGITS), "mnist_multilabel": DIGITS, "mnist_sum": ("sum",)}
 
 
 INTERPOLATIONS = ("bilinear", "bicubic")
