@@ -103,7 +103,7 @@ class Task:
     def check_data(self, datamodule: Any) -> None:
         """Refuse data whose targets this task cannot learn (class labels for a segmentation, ...)."""
         target = getattr(datamodule, "target", "classes")
-        if target != self.output:
+        if target != self.output and not (self.output == "numbers" and target == "labels"):  # 0/1 are numbers too
             name = getattr(datamodule, "name", type(datamodule).__name__)
             fitting = {"classes": "mnist", "class_map": "mnist_segment or segment_folder", "image": "mnist_denoise",
                        "labels": "mnist_multilabel or image_table", "numbers": "mnist_sum or image_table"}
