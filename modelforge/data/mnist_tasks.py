@@ -24,7 +24,8 @@ from modelforge.data.datamodule import MNISTDataModule, _batch_as_is  # noqa: F4
 from modelforge.data.options import DERIVED_CLASS_NAMES, DerivedOptions
 
 CANVAS, CELL, SHIFT = 56, 28, 4
-_SEEDS = {"train": 1234, "test": 5678}  # per split: the test set never shares draws with the training set
+TRAIN_SEED, TEST_SEED = 1234, 5678  # per split: the test set never shares draws with the training set
+_SEEDS = {"train": TRAIN_SEED, "test": TEST_SEED}
 
 
 def digit_tiles(images: Tensor, labels: Tensor, n: int, seed: int, *, present: float = 1.0,
