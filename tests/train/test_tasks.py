@@ -143,3 +143,19 @@ def test_bad_table_rows_are_refused_naming_the_file(tmp_path: Path, row: str, me
     (tmp_path / "targets.csv").write_text(f"file,sum\na.png,3\n{row}\n")
     with pytest.raises(DataError, match=message):
         validate_run_config(_compose_own("task=regress", "data=image_table", f"data.root={tmp_path}"))
+
+
+def test_a_segmentation_resumed_mid_epoch_equals_never_stopping(tiny_mnist: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.train.test_resume_equivalence import _last, _stopped_by_sigterm_at
+
+    args = ("task=segment", "model=unet", "enc_sizes=[4,8]", *SMALL, "trainer.max_epochs=2", "seed=3",
+            "trainer.deterministic=true")  # 64 training samples, 16 a batch: 4 steps an epoch
+    train(compose_train(tiny_mnist, *args), run_dir=tmp_path / "one_go")
+    ckpt = _stopped_by_sigterm_at(6, compose_train(tiny_mnist, *args), tmp_path / "first", monkeypatch)
+    train(compose_train(tiny_mnist, *args, f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
+    one_go, resumed = _last(tmp_path / "one_go")["state_dict"], _last(tmp_path / "resumed")["state_dict"]
+    assert [k for k in one_go if not torch.equal(one_go[k], resumed[k])] == []
+    ma, mb = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("one_go", "resumed"))
+    compared = ("val/iou", "val/loss", "test/iou", "test/dice", "global_step")
+    assert {k: ma[k] for k in compared} == {k: mb[k] for k in compared}
