@@ -93,7 +93,8 @@ class IdxOptions:
 class DerivedOptions(IdxOptions):
     """``IdxOptions`` and the size of a set derived from MNIST's images (``mnist_segment``, ``mnist_denoise``,
     ``mnist_multilabel``, ``mnist_sum``): ``n_train`` samples made from the training images (``val_size`` of them
-    held out), ``n_test`` from the test images; ``noise``: the denoising set's Gaussian noise (std, pixels in [0, 1])."""
+    held out), ``n_test`` from the test images; ``noise``: the denoising set's Gaussian noise (std, pixels in
+    [0, 1])."""
 
     def __init__(self, *args: Any, n_train: int = 12000, n_test: int = 2000, noise: float = 0.3,
                  val_size: int | float = 1000, **kwargs: Any) -> None:

@@ -47,7 +47,7 @@ class TaskFiles(SplitLoaders, pl.LightningDataModule):
                  grayscale: bool = True, normalize: bool = True, drop_last: bool = False) -> None:
         super().__init__()
         if not root:
-            raise ConfigError("data.root", f"missing: the folder of data={self.name}", hint=f"data.root=/path/to/it")
+            raise ConfigError("data.root", f"missing: the folder of data={self.name}", hint="data.root=/path/to/it")
         for key, value in (("val_size", val_size), ("test_size", test_size)):
             if not isinstance(value, float) or not 0.0 < value < 0.5:
                 raise ConfigError(f"data.{key}", f"got {value!r}", allowed="a fraction in (0, 0.5), like 0.1")
@@ -168,8 +168,8 @@ class SegmentFolderDataModule(TaskFiles):
         for mask, path in zip(masks, paths):
             if int(mask[mask != VOID].max(initial=0)) >= n_classes:
                 bad = int(mask[mask != VOID].max())
-                raise DataError(f"{masks_dir / (path.stem + '.png')}: class index {bad} is out of range: data.n_classes "
-                                f"is {n_classes} (indices 0..{n_classes - 1}, and {VOID} for void)")
+                raise DataError(f"{masks_dir / (path.stem + '.png')}: class index {bad} is out of range: "
+                                f"data.n_classes is {n_classes} (indices 0..{n_classes - 1}, and {VOID} for void)")
         names = [str(k) for k in range(n_classes)]
         return self._stack(images, paths), torch.from_numpy(np.stack(masks)), names
 

@@ -7,8 +7,8 @@ else 1``). The grammar is deliberately tiny: integer and float literals,
 a probability ``drop_path * index / 11``, never a width), unary minus,
 comparisons, ``and``/``or``/``not``, ``x if c else y``, the calls ``min``
 and ``max`` (of numbers, or of a list parameter's: ``min(input_size)``, the
-shorter side of the image), ``len`` of a list parameter (a U-Net's levels) and one entry of a list parameter (``input_size[0]``, the
-height; ``input_shape[-1]``, the last size). Anything else (attributes, other calls,
+shorter side of the image), ``len`` of a list parameter (a U-Net's levels) and one entry of a list
+parameter (``input_size[0]``, the height; ``input_shape[-1]``, the last size). Anything else (attributes, other calls,
 slices, ``**``) is an error naming the expression, so a config can never run code.
 
 ``lambda i, j: <expression>`` is a formula per element, not a number: it becomes an

@@ -155,7 +155,8 @@ def _directions(direction: Any, directions: Any, objectives: Sequence[str]) -> t
     if directions is None:  # as the best checkpoint's mode: smaller is better for losses, errors and sizes
         from modelforge.train.tasks import metric_mode
 
-        return tuple("minimize" if metric_mode(o) == "min" or o in SMALLER_IS_BETTER else "maximize" for o in objectives)
+        return tuple("minimize" if metric_mode(o) == "min" or o in SMALLER_IS_BETTER else "maximize"
+                     for o in objectives)
     for value in directions:
         if value not in DIRECTIONS:
             raise UnknownNameError("direction", value, DIRECTIONS, path=f"{SWEEPER}.directions")

@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from modelforge.models.heads import check_classifier_output
 from modelforge.train.averaging import training_epochs
 from modelforge.train.captured_step import WARMUP_STEPS, CapturedStep, StepSpec
 from modelforge.train.checkpoints import ResumeState
@@ -42,7 +43,7 @@ class ClassifierModule(pl.LightningModule):
         super().__init__()
         self.task = build_task(config.get("task"))
         if self.task.is_classify:  # before any batch: a head of the wrong width names its node (the run checked
-            self.task.check_model(model, _Classes(n_classes))  # other tasks against the data's input shape)
+            check_classifier_output(model, n_classes)  # another task's output against the data's input shape)
         self.save_hyperparameters(ignore=["model"])
         self.model = model.to(memory_format=torch.channels_last) if channels_last else model
         self.loss = self.task.build_loss(label_smoothing)
@@ -286,13 +287,6 @@ class ClassifierModule(pl.LightningModule):
         sched = self.hparams.config.get("sched")
         return configure_optimizers(self.model, self.hparams.config["optim"], sched,
                                     schedule_end_step(self.trainer, sched))
-
-
-class _Classes:
-    """The class count a classifier's output is checked against, where no data module is at hand."""
-
-    def __init__(self, n_classes: int) -> None:
-        self.n_classes = n_classes
 
 
 def schedule_end_step(trainer: pl.Trainer, sched_cfg: Any) -> int:

@@ -312,7 +312,8 @@ def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path
         title = f"{model_label(stored['model'])}  {main} {metrics.get(main, 0):.4f}"
         names = tuple(getattr(datamodule, "class_names", ()))
         drawn = (write_confusion_matrix(confusion.counts, run_dir.absolute(), names, title) if confusion is not None
-                 else write_sample_grid(module.model, datamodule.test_set, module.task, run_dir.absolute(), title, names))
+                 else write_sample_grid(module.model, datamodule.test_set, module.task, run_dir.absolute(), title,
+                                        names))
         print(format_metrics({**metrics, "ckpt_path": str(ckpt_path)}, run_dir))
         try:
             write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(ckpt_path),

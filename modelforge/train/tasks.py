@@ -13,7 +13,6 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from modelforge.config import check_call
@@ -22,13 +21,16 @@ from modelforge.models.heads import check_classifier_output, check_output_shape
 
 # What a model gives per sample, by kind of output, and what the data's batches hold as targets for it:
 # a data module says which it serves in ``target`` (none said: ``classes``, a class index per image).
-OUTPUTS = {
-    "classes": "[n_classes] class scores (targets: one class index per image)",
-    "class_map": "[n_classes, H, W] class scores per pixel at the input's size (targets: a class index per pixel)",
-    "image": "the input's [C, H, W] (targets: an image)",
-    "labels": "[n_labels] scores, one per label (targets: 0/1 per label)",
-    "numbers": "[n_targets] numbers (targets: those numbers)",
+OUTPUTS = {  # kind: (what the model gives per sample, what the data's targets are)
+    "classes": ("[n_classes] class scores", "one class index per image"),
+    "class_map": ("[n_classes, H, W] class scores per pixel at the input's size", "a class index per pixel"),
+    "image": ("the input's [C, H, W]", "an image"),
+    "labels": ("[n_labels] scores, one per label", "0/1 per label"),
+    "numbers": ("[n_targets] numbers", "numbers"),
 }
+# The shipped data sets of each kind of target, for the hint of a refusal.
+_DATA_OF = {"classes": "mnist", "class_map": "mnist_segment or segment_folder", "image": "mnist_denoise",
+            "labels": "mnist_multilabel or image_table", "numbers": "mnist_sum or image_table"}
 # Where metrics are looked up by name: torchmetrics' own namespaces, never an arbitrary import path.
 _METRIC_HOMES = ("torchmetrics.classification", "torchmetrics.regression", "torchmetrics.image",
                  "torchmetrics.segmentation", "torchmetrics")
@@ -98,18 +100,15 @@ class Task:
             check_classifier_output(model, n_classes or 10, path)
             return
         expected = self.expected_output(datamodule.input_shape, n_classes)
-        check_output_shape(model, expected, f"task {self.name!r} ({OUTPUTS[self.output].split(' (')[0]})", path)
+        check_output_shape(model, expected, f"task {self.name!r} ({OUTPUTS[self.output][0]})", path)
 
     def check_data(self, datamodule: Any) -> None:
         """Refuse data whose targets this task cannot learn (class labels for a segmentation, ...)."""
         target = getattr(datamodule, "target", "classes")
         if target != self.output and not (self.output == "numbers" and target == "labels"):  # 0/1 are numbers too
             name = getattr(datamodule, "name", type(datamodule).__name__)
-            fitting = {"classes": "mnist", "class_map": "mnist_segment or segment_folder", "image": "mnist_denoise",
-                       "labels": "mnist_multilabel or image_table", "numbers": "mnist_sum or image_table"}
-            raise ConfigError("data", f"task {self.name!r} learns {OUTPUTS[self.output].split('(targets: ')[1][:-1]}, "
-                              f"but data {name!r} gives {OUTPUTS[target].split('(targets: ')[1][:-1]}",
-                              hint=f"data={fitting[self.output]}, or the task of this data")
+            raise ConfigError("data", f"task {self.name!r} learns {OUTPUTS[self.output][1]}, but data {name!r} gives "
+                              f"{OUTPUTS[target][1]}", hint=f"data={_DATA_OF[self.output]}, or the task of this data")
 
 
 def build_task(cfg: Mapping[str, Any] | None, path: str = "task") -> Task:
@@ -167,7 +166,3 @@ def _metric_class(name: Any, path: str) -> type:
              if isinstance(v, type) and issubclass(v, Metric)}
     raise UnknownNameError("metric", name, names, path=path)
 
-
-def targets_dtype(task: Task) -> torch.dtype:
-    """The dtype of a batch's targets for ``task``: class indices are int64, everything else float32."""
-    return torch.int64 if task.output in ("classes", "class_map") else torch.float32
