@@ -281,7 +281,8 @@ PLACEHOLDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
 }
 
 # Paths the pages' commands make themselves and later commands read (hydra.run.dir=outputs/runs/mnist, ...).
-MADE_BY_COMMANDS = ("outputs/quickstart", "outputs/runs/mnist", "outputs/runs/frozen", "outputs/runs/pictures", "outputs/fashion_pngs",
+MADE_BY_COMMANDS = ("outputs/quickstart", "outputs/runs/mnist", "outputs/runs/frozen", "outputs/runs/pictures",
+                    "outputs/fashion_pngs", "outputs/runs/segment",
                     "outputs/resnet18-random.pth", "outputs/mnist.safetensors")
 
 def placeholder_of(path: str) -> str | None:

@@ -223,12 +223,17 @@ def require_probability(value: float, path: str) -> None:
 
 
 def apply_model_shortcuts(root: Mapping[str, Any], model_keys: set[str]) -> dict[str, Any]:
-    """Return ``root['model']`` with the top-level shortcuts that were set merged in.
+    """Return ``root['model']`` with the top-level shortcuts that were set merged in: an option of the model, or
+    a graph model's parameter of that name (``params``).
 
     A shortcut the chosen model does not take is an error, not silently dropped.
     """
     model = dict(root.get("model") or {})
     for key in (k for k in MODEL_SHORTCUTS if root.get(k) is not None):
+        params = model.get("params")
+        if key not in model_keys and isinstance(params, Mapping) and key in params:
+            model["params"] = {**params, key: root[key]}  # a graph's parameter of that name (unet's enc_sizes)
+            continue
         if key not in model_keys:
             raise ConfigError(key, f"model {model.get('name')!r} does not take {key!r}",
                               allowed=sorted(model_keys - {"name"}),
@@ -283,6 +288,9 @@ class TrainConfig:
     freeze: Any = dataclasses.field(default_factory=list)
     freeze_bn: bool = True  # norm layers wholly inside `freeze` stay in eval mode: running statistics frozen too
     curves: bool = True  # draw RUN/learning_curves.png from logs/metrics.csv once the run has trained
+    # What the model learns: the task group's config (conf/task/, checked by modelforge.train.tasks); null: classify.
+    # A field here, not a group before train_schema, so that a task's file (after it) sets `monitor` too.
+    task: Any = None
 
 
 ConfigStore.instance().store(name="train_schema", node=TrainConfig, provider="modelforge")  # on import, as models'

@@ -39,7 +39,7 @@ def test_the_config_store_holds_the_schema_and_train_yaml_does_not_repeat_it() -
         "label_smoothing": 0.0, "channels_last": False, "compile": False, "compile_backend": "inductor",
         "compile_mode": None, "cuda_graph": False, "divergence": {"max_loss": 1.0e4},
         "init": {"from": None, "map": None, "strict": False}, "freeze": [], "freeze_bn": True,
-        "curves": True}
+        "curves": True, "task": None}
     train_yaml = yaml.safe_load((conf_dir() / "train.yaml").read_text())
     assert "train_schema" in train_yaml["defaults"]
     assert set(train_yaml) == {"defaults", "hydra"}  # no top-level default written a second time

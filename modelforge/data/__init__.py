@@ -18,6 +18,15 @@ DATAMODULES.add_deferred("fashion_mnist", "modelforge.data.datamodule:FashionMNI
                          "Fashion-MNIST clothing (IDX files, checked, downloaded).")
 DATAMODULES.add_deferred("idx", "modelforge.data.datamodule:IdxDataModule",
                          "Any folder of the four IDX files: no checksums, no download; shapes, classes and stats from the files.")
+for _name, _what in (("mnist_segment", "Digits on a 56x56 canvas and their per-pixel mask (task=segment), from MNIST."),
+                     ("mnist_denoise", "Noisy MNIST digits in, clean ones out (task=reconstruct)."),
+                     ("mnist_multilabel", "2x2 tiles of MNIST digits: which digits appear (task=multilabel)."),
+                     ("mnist_sum", "2x2 tiles of MNIST digits: the sum of the four (task=regress).")):
+    DATAMODULES.add_deferred(_name, f"modelforge.data.mnist_tasks:{_name.title().replace('_', '')}DataModule", _what)
+DATAMODULES.add_deferred("segment_folder", "modelforge.data.task_files:SegmentFolderDataModule",
+                         "images/ and masks/ PNG folders: a class index per pixel (task=segment).")
+DATAMODULES.add_deferred("image_table", "modelforge.data.task_files:ImageTableDataModule",
+                         "A CSV of image files and their numbers: labels (task=multilabel) or targets (task=regress).")
 DATAMODULES.add_deferred("image_folder", "modelforge.data.image_folder:ImageFolderDataModule",
                          "Class folders of JPEG/PNG images (torchvision's ImageFolder layout), decoded in workers.")
 
@@ -32,6 +41,8 @@ _HOMES = {
     "image_folder": ("ImageFolderDataModule",),
     "datamodule": ("FashionMNISTDataModule", "IdxDataModule", "MNISTDataModule", "MnistBatches", "random_shift"),
     "split_loaders": ("ResumableShuffle", "SplitLoaders"),
+    "mnist_tasks": ("DerivedDataModule", "TargetBatches", "derive", "digit_tiles"),
+    "task_files": ("ImageTableDataModule", "SegmentFolderDataModule", "TaskFiles"),
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_MODULE_OF)

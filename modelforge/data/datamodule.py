@@ -150,7 +150,7 @@ class IdxDataModule(SplitLoaders, IdxOptions, pl.LightningDataModule):
 
     def _load(self) -> dict[str, tuple[Tensor, Tensor]]:
         if self._splits is None:
-            root = resolve_data_dir(self.data_dir, self.name)
+            root = resolve_data_dir(self.data_dir, self.dataset.name if self.dataset is not None else self.name)
             paths = ensure_files(root, self.dataset, download=self.download, mirrors=self.mirrors, timeout=self.timeout)
             self._splits = load_idx_set(paths, self.dataset, verify=self.verify, n_classes=self._n_classes)
         return self._splits

@@ -8,6 +8,7 @@ twice and composing a config loads no Lightning.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,40 @@ class IdxOptions:
         self.drop_last = drop_last
         # Hydra hands over a ListConfig; a tuple keeps the module picklable and printable.
         self.mirrors = tuple(str(m) for m in mirrors) if mirrors is not None else None
+
+
+class DerivedOptions(IdxOptions):
+    """``IdxOptions`` and the size of a set derived from MNIST's images (``mnist_segment``, ``mnist_denoise``,
+    ``mnist_multilabel``, ``mnist_sum``): ``n_train`` samples made from the training images (``val_size`` of them
+    held out), ``n_test`` from the test images; ``noise``: the denoising set's Gaussian noise (std, pixels in
+    [0, 1])."""
+
+    def __init__(self, *args: Any, n_train: int = 12000, n_test: int = 2000, noise: float = 0.3,
+                 val_size: int | float = 1000, **kwargs: Any) -> None:
+        super().__init__(*args, val_size=val_size, **kwargs)
+        for key, value in (("n_train", n_train), ("n_test", n_test)):
+            if not _is(value, int) or value < 2:
+                raise ConfigError(f"data.{key}", f"got {value!r}", allowed="an integer >= 2")
+        if not _is(noise, (int, float)) or not 0.0 <= noise <= 1.0:
+            raise ConfigError("data.noise", f"got {noise!r}", allowed="a number in [0, 1]")
+        self.n_train, self.n_test, self.noise = n_train, n_test, float(noise)
+
+
+def _derived_signature() -> inspect.Signature:
+    """IdxOptions' parameters (val_size 1000: the derived sets are smaller) and DerivedOptions' own: one signature
+    that the data defaults and the option checks read."""
+    base = [p.replace(default=1000) if p.name == "val_size" else p
+            for p in inspect.signature(IdxOptions.__init__).parameters.values()]
+    own = [p for p in inspect.signature(DerivedOptions.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY
+           and p.name != "val_size"]
+    return inspect.Signature([*base, *(p.replace(kind=p.POSITIONAL_OR_KEYWORD) for p in own)])
+
+
+DerivedOptions.__init__.__signature__ = _derived_signature()  # type: ignore[attr-defined]
+DERIVED_SETS = ("mnist_segment", "mnist_denoise", "mnist_multilabel", "mnist_sum")
+DIGITS = tuple(str(k) for k in range(10))
+# What each index of a derived set's output means (the denoising set's output is an image).
+DERIVED_CLASS_NAMES = {"mnist_segment": ("background", *DIGITS), "mnist_multilabel": DIGITS, "mnist_sum": ("sum",)}
 
 
 INTERPOLATIONS = ("bilinear", "bicubic")
@@ -197,6 +232,10 @@ def store_data_defaults(names: Sequence[str] = ("mnist", "fashion_mnist", "idx")
     defaults = schema_defaults(schema_from_signature(IdxOptions, "idx"))
     for name in names:
         ConfigStore.instance().store(group=DEFAULTS_GROUP, name=name, node={**defaults, "name": name},
+                                     provider="modelforge")
+    derived = schema_defaults(schema_from_signature(DerivedOptions, "mnist_segment"))
+    for name in DERIVED_SETS:
+        ConfigStore.instance().store(group=DEFAULTS_GROUP, name=name, node={**derived, "name": name},
                                      provider="modelforge")
     ConfigStore.instance().store(group=DEFAULTS_GROUP, name="image_folder", provider="modelforge",
                                  node=schema_defaults(schema_from_signature(ImageFolderOptions, "image_folder")))

@@ -197,7 +197,8 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
     diffs = {size: float((out - expected[:len(out)]).abs().max()) for size, out in got.items()}
     close = all(torch.allclose(out, expected[:len(out)], rtol=rtol, atol=atol) for out in got.values())
     full = got[batches[0]]
-    agree = int((full.argmax(1) == expected[:len(full)].argmax(1)).sum())
+    # An image agrees when its top class does (a segmentation's: every pixel's).
+    agree = int((full.argmax(1) == expected[:len(full)].argmax(1)).reshape(len(full), -1).all(1).sum())
     report = {"format": format, "file": str(path), "images": source, "n_images": len(images),
               "batch_sizes": batches, "max_abs_diff": max(diffs.values()), "max_abs_diff_by_batch": diffs,
               "top1_agreement": agree / len(full), "atol": atol, "rtol": rtol, "metadata": "inside the file", "torch": torch.__version__}
@@ -242,14 +243,28 @@ def check_images(meta: Mapping[str, Any], data_dir: str | Path | None, n_images:
     from modelforge.data.download import find_file, resolve_data_dir
     from modelforge.data.idx import KNOWN_DATASETS, SPLITS, read_checked
 
+    from modelforge.data.options import DERIVED_SETS
+
     name, shape = str(meta.get("data") or "mnist"), list(meta["input_shape"])
+    derived = name if name in DERIVED_SETS else None  # a task's set made from MNIST: checked on its test inputs
+    name = "mnist" if derived else name
     dataset = KNOWN_DATASETS.get(name)
     root = resolve_data_dir(data_dir or data_config.get("data_dir"), name)
     images_name, labels_name = SPLITS["test"]
     if (images_at := find_file(root, images_name)) is None:
         raise DataError(f"the check runs the exported model on the {name} test images: no {images_name}[.gz] in "
                         f"{root}; give their folder with data_dir=DIR, or skip the check with check=false")
-    images = read_checked(images_at, images_name, None, verify=False)[:n_images]
+    images = read_checked(images_at, images_name, None, verify=False)
+    if derived is not None and (labels_at := find_file(root, labels_name)) is not None:
+        from modelforge.data.mnist_tasks import TEST_SEED, derive
+
+        images = derive(derived, images, read_checked(labels_at, labels_name, None, verify=False).long(), n_images,
+                        TEST_SEED, float(data_config.get("noise", 0.3)))[0]
+        batch = images.unsqueeze(1).float().div_(255.0)
+        if meta.get("normalize"):
+            batch = batch.sub_(meta["normalize"]["mean"][0]).div_(meta["normalize"]["std"][0])
+        return batch, None, f"{len(batch)} {derived} test inputs"
+    images = images[:n_images]
     if [1, *images.shape[1:]] != shape:
         log.warning("the %s test images are %s, the model takes %s: checking on random inputs", name,
                     [1, *images.shape[1:]], shape)

@@ -51,17 +51,23 @@ def model_metadata(run_config: Mapping[str, Any], *, input_shape: list[int] | tu
         KNOWN_DATASETS,  # here: `import modelforge` loads no data code
     )
 
+    from modelforge.data.options import DERIVED_CLASS_NAMES, DERIVED_SETS
+
     model_cfg = _plain(run_config.get("model") or {})
     data_cfg = dict(run_config.get("data") or {})
     name = str(data_cfg.get("name") or "mnist")
-    dataset = KNOWN_DATASETS.get(name)
+    dataset = KNOWN_DATASETS.get(name) or (KNOWN_DATASETS["mnist"] if name in DERIVED_SETS else None)
+    if name == "mnist_denoise":  # its inputs are pixels in [0, 1], as its targets
+        data_cfg["normalize"] = False
     shape = [int(d) for d in input_shape] if input_shape is not None else _config_input_shape(model_cfg, dataset)
     folder = _image_folder(data_cfg) if name == "image_folder" else None
     return {
         "model": model_cfg,
         "input_shape": shape,
         "normalize": folder["normalize"] if folder else _normalize(data_cfg, dataset, normalization),
-        "class_names": folder["class_names"] if folder else _class_names(model_cfg, dataset),
+        "class_names": folder["class_names"] if folder else list(DERIVED_CLASS_NAMES.get(name, ())) or
+        _class_names(model_cfg, dataset),
+        "task": _plain(run_config.get("task")),  # null: classify (modelforge.train.tasks)
         **({"preprocess": folder["preprocess"]} if folder else {}),  # the run's resize and crop, in color
         "data": name,
         "modelforge_version": str(getattr(sys.modules["modelforge"], "__version__", "unknown")),

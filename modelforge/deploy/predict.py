@@ -35,8 +35,10 @@ from modelforge.deploy.images import (
 )
 from modelforge.deploy.paths import check_output_place, names_a_folder
 from modelforge.deploy.runtime import Runner, check_model_path, open_model
+from modelforge.deploy.task_outputs import format_rows, predict_outputs
 from modelforge.errors import ConfigError, DataError
 from modelforge.files.atomic import write_text
+from modelforge.train.tasks import build_task
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,10 @@ def classify(runner: Runner, images: Sequence[InputImage], *, top_k: int = 3, in
              batch_size: int = 256) -> list[dict[str, Any]]:
     """The rows of :func:`predict` for images already read, with a model already opened."""
     meta = runner.meta
+    if not (task := build_task(meta.get("task"))).is_classify:
+        raise ConfigError("task", f"the model was trained for task {task.name!r}: predict() gives the classes of a "
+                          "classifier", hint="python -m modelforge predict ckpt_path=... inputs=... writes what "
+                                             f"a {task.name} model gives")
     if meta.get("preprocess"):  # a data=image_folder run: each image as its validation read its files
         batch, inverted = prepare_as_run(images, meta["preprocess"], meta.get("normalize"), invert)
     else:
@@ -203,6 +209,15 @@ def predict_task(cfg: Mapping[str, Any] | DictConfig) -> list[dict[str, Any]]:
     found = read_inputs(options.get("inputs"), max_pixels)
     runner = open_model(options["ckpt_path"], max_pixels)
     started = time.perf_counter()
+    if not (task := build_task(runner.meta.get("task"))).is_classify:  # masks, images, labels or numbers
+        rows = predict_outputs(runner, found.images, task, output.parent, invert=invert, batch_size=batch_size)
+        print(format_rows(rows))
+        write_text(output, csv_text(rows))
+        print(f"{len(rows):,} image{'s' if len(rows) != 1 else ''} run through {runner.source} (task {task.name}) in "
+              f"{time.perf_counter() - started:.2f} s" + (f"; files written under {output.parent}"
+                                                          if task.output in ("class_map", "image") else ""))
+        print(f"predictions written to {output}")
+        return rows
     rows = classify(runner, found.images, top_k=top_k, invert=invert, batch_size=batch_size)
     seconds = time.perf_counter() - started
     print(format_table(rows))

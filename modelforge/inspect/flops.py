@@ -50,6 +50,7 @@ FLOPS_PER_MAC = 2
 # Layers with matrix products, counted per call from their output shape: out.numel() MACs per
 # output element times the inputs each one sums (torch's conv_flop_count and mm formulas / 2).
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_TRANSPOSED_CONVS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)  # a U-Net's upsampling
 # Layers FlopCounterMode counts as 0 (no matrix product).
 _ZERO = {
     nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
@@ -59,6 +60,7 @@ _ZERO = {
     nn.AdaptiveMaxPool3d, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
     nn.Mish, nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid, nn.Softplus, nn.Softsign,
     nn.Tanhshrink, nn.Softmax, nn.LogSoftmax, nn.Sequential, nn.ModuleList, nn.ModuleDict,
+    nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d,
 }
 
 
@@ -66,7 +68,8 @@ def _countable(module: nn.Module) -> bool:
     kind = type(module)  # exact type: a subclass may override forward
     if kind in _RNN_GATES:  # by formula, for plain tensor inputs (not packed sequences, not projections)
         return not module.proj_size
-    return (kind in _ZERO or kind in _CONVS or kind in (nn.Linear, nn.MultiheadAttention)
+    return (kind in _ZERO or kind in _CONVS or kind in _TRANSPOSED_CONVS
+            or kind in (nn.Linear, nn.MultiheadAttention)
             or kind is nn.modules.linear.NonDynamicallyQuantizableLinear  # MultiheadAttention's out_proj
             or kind.__dict__.get(MACS_FROM_CHILDREN, False) or OWN_MACS in kind.__dict__)
 
@@ -100,6 +103,8 @@ def _attention_macs(module: nn.MultiheadAttention, q: torch.Tensor, k: torch.Ten
 def _layer_macs(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> int:
     if isinstance(module, _CONVS):
         return output.numel() * (module.in_channels // module.groups) * math.prod(module.kernel_size)
+    if isinstance(module, _TRANSPOSED_CONVS):  # as torch's flop counter: every input pixel into a kernel's outputs
+        return inputs[0].numel() * (module.out_channels // module.groups) * math.prod(module.kernel_size)
     if isinstance(module, nn.Linear):
         return inputs[0].numel() * module.out_features
     if type(module) in _RNN_GATES:

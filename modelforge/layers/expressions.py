@@ -7,11 +7,11 @@ else 1``). The grammar is deliberately tiny: integer and float literals,
 a probability ``drop_path * index / 11``, never a width), unary minus,
 ``**`` (a power: ``(2 * window - 1) ** 2``, ``dim ** -0.5``), comparisons, ``and``/``or``/``not``,
 ``x if c else y``, the calls ``min`` and ``max`` (of numbers, or of a list parameter's:
-``min(input_size)``, the shorter side of the image), ``sqrt``, ``exp``, ``log`` (natural), ``abs``,
-``floor``, ``ceil`` and ``round`` (a whole number; with a second argument, the multiple of that divisor:
-``round(w, 8)``, RegNet's and MNASNet's width rules) and one entry of a list parameter (``input_size[0]``,
-the height; ``input_shape[-1]``, the last size). Anything else (attributes, other calls, slices) is an
-error naming the expression, so a config can never run code.
+``min(input_size)``, the shorter side of the image), ``len`` of a list parameter (a U-Net's levels), ``sqrt``,
+``exp``, ``log`` (natural), ``abs``, ``floor``, ``ceil`` and ``round`` (a whole number; with a second argument,
+the multiple of that divisor: ``round(w, 8)``, RegNet's and MNASNet's width rules) and one entry of a list
+parameter (``input_size[0]``, the height; ``input_shape[-1]``, the last size). Anything else (attributes, other
+calls, slices) is an error naming the expression, so a config can never run code.
 
 ``lambda i, j: <expression>`` is a formula per element, not a number: it becomes an
 :class:`ElementFormula` that a ``constant`` block evaluates over its shape, its
@@ -55,8 +55,8 @@ _FUNCTIONS = frozenset({*_CALLS, *_MATH, *_ROUNDING})
 MAX_POWER_BITS = 1024  # an integer power's size at most: '10 ** 10 ** 10' must not hang the config check
 _CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 ALLOWED = ("integer literals, parameter names, + - * / // % **, comparisons, and/or/not, "
-           "'a if cond else b', min(...), max(...), sqrt, exp, log, abs, floor/ceil/round(x) or (x, divisor), "
-           "a list parameter's entry (input_size[0])")
+           "'a if cond else b', min(...), max(...), len(a list), sqrt, exp, log, abs, floor/ceil/round(x) or "
+           "(x, divisor), a list parameter's entry (input_size[0])")
 _TENSOR_COMPARE = {ast.Eq: torch.eq, ast.NotEq: torch.ne, ast.Lt: torch.lt, ast.LtE: torch.le,
                    ast.Gt: torch.gt, ast.GtE: torch.ge}
 
@@ -263,6 +263,12 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords and (
                 node.func.id in _MATH or node.func.id in _ROUNDING):
             return function(node)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
+                and len(node.args) == 1 and not node.keywords):  # a list parameter's length: a U-Net's levels
+            value = walk(node.args[0])
+            if not isinstance(value, (list, tuple)):
+                raise fail(f"len takes a list, got {value!r}")
+            return len(value)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
                 and node.args and not node.keywords):
             values: list[Any] = []

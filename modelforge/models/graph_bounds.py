@@ -65,6 +65,17 @@ def repeat_count(node: NodeConfig, names: Mapping[str, Any], path: str) -> int |
     return count
 
 
+# Composites inside composites, at most: a recursive composite (its use under a `when`) that never ends stops here.
+MAX_NESTING = 32
+
+
+def check_nesting(depth: int, path: str) -> None:
+    """Refuse composites nested deeper than MAX_NESTING: a recursion whose `when` never turns false."""
+    if depth > MAX_NESTING:
+        raise ConfigError(path, f"composites nest more than {MAX_NESTING} levels deep: a composite that uses itself "
+                          "must stop, with a `when` that turns false", hint="check the `when` of its recursive node")
+
+
 def check_size(table: NodeTable, composites: Mapping[str, Composite], names: Mapping[str, Any], scale: Scale,
                bounds: Bounds) -> None:
     """Refuse a model whose repeats or node count exceed ``bounds``, from its tables alone."""
@@ -76,7 +87,7 @@ def check_size(table: NodeTable, composites: Mapping[str, Composite], names: Map
 
 
 def _node_size(table: NodeTable, name: str, composites: Mapping[str, Composite], names: Mapping[str, Any],
-               scale: Scale, bounds: Bounds, top: bool, fixed_sizes: dict[str, int]) -> int:
+               scale: Scale, bounds: Bounds, top: bool, fixed_sizes: dict[str, int], depth: int = 0) -> int:
     """How many nodes one node of ``table`` builds, copies and composite parts included (an upper bound);
     ``fixed_sizes``: the parts of the composites whose size their arguments do not change, as they are counted."""
     node, path = table.nodes[name], f"{table.path}.nodes.{name}"
@@ -93,13 +104,20 @@ def _node_size(table: NodeTable, name: str, composites: Mapping[str, Composite],
     composite = composites.get(node.block)
     if composite is None:
         return count or 1
+    if node.when is not None and not top:  # a recursive composite's use: counted while its condition holds
+        try:
+            if not (node.when if isinstance(node.when, bool) else evaluate(node.when, names, f"{path}.when")):
+                return 0
+        except ConfigError:
+            pass  # a name known only once built: an upper bound, bounded by the nesting
+    check_nesting(depth + 1, path)
     fixed = {}
     if composite.config.repeats and count is not None:
         fixed, count = {composite.config.repeats: count}, None  # the count goes inside (C2f's bottlenecks)
     inner = fixed_sizes.get(composite.name)
     if inner is None:
         scope = _composite_scope(composite, node, names, fixed)
-        inner = sum(_node_size(composite.table, part, composites, scope, scale, bounds, False, fixed_sizes)
+        inner = sum(_node_size(composite.table, part, composites, scope, scale, bounds, False, fixed_sizes, depth + 1)
                     for part in composite.table.order)
         if not _repeats_inside(composite, composites):
             fixed_sizes[composite.name] = inner
@@ -107,12 +125,14 @@ def _node_size(table: NodeTable, name: str, composites: Mapping[str, Composite],
 
 
 def _repeats_inside(composite: Composite, composites: Mapping[str, Composite], seen: frozenset[str] = frozenset()) -> bool:
-    """Whether a node of ``composite``, or of a composite it uses, repeats (its size then depends on arguments)."""
+    """Whether a node of ``composite``, or of a composite it uses, repeats or recurses (its size then depends on
+    arguments)."""
     for node in composite.table.nodes.values():
         if node.repeat is not None:
             return True
         inner = composites.get(node.block)
-        if inner is not None and inner.name not in seen and _repeats_inside(inner, composites, seen | {composite.name}):
+        if inner is not None and (inner.name in seen | {composite.name}
+                                  or _repeats_inside(inner, composites, seen | {composite.name})):
             return True
     return False
 

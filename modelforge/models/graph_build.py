@@ -24,7 +24,7 @@ from modelforge.layers.expressions import evaluate, names_in, resolve_args
 from modelforge.layers.kwargs import check_arg_types, check_kwargs
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import infer_widths, resolve_block
-from modelforge.models.graph_bounds import Bounds, repeat_count
+from modelforge.models.graph_bounds import Bounds, check_nesting, repeat_count
 from modelforge.models.graph_dry_run import DryRun
 from modelforge.models.graph_resize import SizedFor, reads_input_shape
 from modelforge.models.graph_spec import (
@@ -197,6 +197,7 @@ class GraphBuilder:
         # checked once per build (the registries do not change while a model is built)
         self._factories: dict[str, Any] = {}
         self._names_checked: set[int] = set()  # id() of the NodeConfigs whose args' names were checked
+        self._nesting = 0  # composites being built inside each other now
 
     def build(self, table: NodeTable, inputs: tuple[Any, ...], names: Mapping[str, Any], *,
               top: bool = False, block: str = "graph", batched: tuple[bool, ...] | None = None) -> tuple[Graph, Any]:
@@ -410,11 +411,15 @@ class GraphBuilder:
                                   hint=f"its parameters: {', '.join(f'{k}={v}' for k, v in params.items())}")
             else:
                 scope[key] = resolve_args(default, scope, f"{composite.path}.params.{key}")
+        self._nesting += 1
         try:
+            check_nesting(self._nesting, use_path)
             graph, out = self.build(composite.table, tuple(inputs), scope, block=composite.name, batched=tuple(batched))
         except ConfigError as exc:
             raise ConfigError(exc.path, f"{exc.problem} [in {use_path}]", allowed=exc.allowed,
                               suggestions=exc.suggestions, hint=exc.hint) from None
+        finally:
+            self._nesting -= 1
         if reads_input_shape(composite):
             rebuild = _Rebuild(self.composites, composite, args, node_path, use_path, tuple(batched))
             vars(graph)["sized"] = SizedFor(inputs, batched, rebuild, use_path)

@@ -272,11 +272,14 @@ def _check_no_cycle(composites: Mapping[str, Composite]) -> None:
             names = [n for n, _ in trail]
             cycle = names[names.index(name):] + [name]
             raise ConfigError(trail[-1][1], f"composite blocks use each other in a cycle: {' -> '.join(cycle)}",
-                              hint="a composite may contain other composites, but never itself")
+                              hint="a composite may use itself (or one that uses it) only in a node with a `when`, "
+                                   "which ends the recursion")
         state[name] = "visiting"
         table = composites[name].table
         for node_name, node in table.nodes.items():
-            if node.block in composites:
+            # A use under `when` may recurse (a U-Net's next level, while sizes are left): the condition ends it,
+            # and a recursion that never ends stops at MAX_NESTING levels (graph_bounds).
+            if node.block in composites and node.when is None:
                 visit(node.block, trail + [(name, f"{table.path}.nodes.{node_name}.block")])
         state[name] = "done"
 

@@ -44,3 +44,23 @@ def check_classifier_output(model: nn.Module, n_classes: int, path: str = "model
         raise ConfigError(where, f"{said} gives {shape} per sample, but a classifier of {n_classes} classes "
                           f"gives [{n_classes}] ({path}.n_classes)",
                           hint="end the model with a head of n_classes outputs; pool and flatten a feature map first")
+
+
+def check_output_shape(model: nn.Module, expected: list[int], needs: str, path: str = "model") -> None:
+    """Refuse a model whose output per sample is not ``expected`` (what ``needs``, a task, asks), naming its
+    output node and both shapes with the batch as ``B``. A model that records no ``output_shape`` is not checked."""
+    features = getattr(model, "features", None)
+    wanted = f"[B, {', '.join(map(str, expected))}]"
+    if features:
+        raise ConfigError(f"{path}.features", f"the model returns the feature maps {list(features)}, but {needs} "
+                          f"needs one tensor {wanted}")
+    shape: Any = getattr(model, "output_shape", None)
+    node = getattr(model, "output_node", None)
+    where = f"{path}.nodes.{node.split('.')[0]}" if node else path
+    if shape is None:
+        if node is None and hasattr(model, "output_node"):
+            raise ConfigError(f"{path}.output", f"the model returns several outputs, but {needs} needs one {wanted}")
+        return
+    if list(shape) != list(expected):
+        said = f"the output node {node!r}" if node else f"the model's output ({type(model).__name__})"
+        raise ConfigError(where, f"{said} gives [B, {', '.join(map(str, shape))}], but {needs} needs {wanted}")

@@ -98,12 +98,14 @@ def _linear(xs: list[float], ys: list[float]) -> Callable[[Any], Any]:
     return mapped
 
 
-def draw_learning_curves(logged: Logged, path: Path, title: str = "") -> Path:
-    """Write ``logged``'s curves to ``path`` (a PNG, atomically); returns ``path``."""
+def draw_learning_curves(logged: Logged, path: Path, title: str = "", metric: str = "acc") -> Path:
+    """Write ``logged``'s curves to ``path`` (a PNG, atomically); returns ``path``. ``metric``: the task's main
+    metric, drawn beside the loss (``acc``: a classifier's accuracy)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    panels = [("loss", ("train/loss_step", "train/loss_epoch", "val/loss")), ("accuracy", ("train/acc", "val/acc"))]
+    panels = [("loss", ("train/loss_step", "train/loss_epoch", "val/loss")),
+              ("accuracy" if metric == "acc" else metric, (f"train/{metric}", f"val/{metric}"))]
     if lrs := logged.lr_columns():
         panels.append(("learning rate", tuple(lrs)))
     fig = Figure(figsize=(4.2 * len(panels), 3.4))
@@ -133,15 +135,16 @@ def draw_learning_curves(logged: Logged, path: Path, title: str = "") -> Path:
     return save_png(fig, path)
 
 
-def learning_curves(run_dir: Path, title: str = "") -> Path | None:
+def learning_curves(run_dir: Path, title: str = "", metric: str = "acc") -> Path | None:
     """Draw ``run_dir``'s learning curves from its metrics.csv; None when it has none (no ``logger=csv``)."""
     source = run_dir / METRICS_CSV
     if not source.is_file():
         return None
-    return draw_learning_curves(read_metrics_csv(source), run_dir / CURVES_FILE, title)
+    return draw_learning_curves(read_metrics_csv(source), run_dir / CURVES_FILE, title, metric)
 
 
-def write_learning_curves(run_dir: Path, title: str = "", loggers_off: str | None = None) -> dict[str, str]:
+def write_learning_curves(run_dir: Path, title: str = "", loggers_off: str | None = None,
+                          metric: str = "acc") -> dict[str, str]:
     """At a run's end: draw its learning curves and say where (``learning_curves: PATH``), or why not; a picture
     that cannot be written (a full disk) is a warning, not a failure of the run that trained. For metrics.json.
     ``loggers_off``: why the run logged nothing, when something turned its loggers off (``trainer.fast_dev_run``)."""
@@ -149,7 +152,7 @@ def write_learning_curves(run_dir: Path, title: str = "", loggers_off: str | Non
         log.info("learning curves: none drawn, as %s", loggers_off)
         return {}
     try:
-        drawn = learning_curves(run_dir, title)
+        drawn = learning_curves(run_dir, title, metric)
     except OSError as exc:
         log.warning("learning curves not written: %s", write_error_line(exc))
         return {}

@@ -152,8 +152,11 @@ def _directions(direction: Any, directions: Any, objectives: Sequence[str]) -> t
                           "not both")
     if direction is not None:
         directions = [direction]
-    if directions is None:  # as the best checkpoint's mode: smaller is better for losses and sizes
-        return tuple("minimize" if o.endswith("loss") or o in SMALLER_IS_BETTER else "maximize" for o in objectives)
+    if directions is None:  # as the best checkpoint's mode: smaller is better for losses, errors and sizes
+        from modelforge.train.tasks import metric_mode
+
+        return tuple("minimize" if metric_mode(o) == "min" or o in SMALLER_IS_BETTER else "maximize"
+                     for o in objectives)
     for value in directions:
         if value not in DIRECTIONS:
             raise UnknownNameError("direction", value, DIRECTIONS, path=f"{SWEEPER}.directions")

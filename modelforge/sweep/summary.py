@@ -58,12 +58,13 @@ def read_rows(sweep_dir: str | Path) -> list[JobRow]:
 def sort_rows(rows: Sequence[JobRow]) -> list[JobRow]:
     """Best monitored value first, then pruned rows by their last value; rows without one (failed, running, NaN)
     last, in job order."""
+    from modelforge.train.tasks import metric_mode  # smaller is better for a loss or an error (val/mae)
 
     def key(row: JobRow) -> tuple:
         value = row.metrics.get(row.monitor)
         valued = row.status in SUCCEEDED and _number(value) is not None
         group = (0 if row.status == "finished" else 1) if valued else 2
-        best_first = (value if row.monitor.endswith("loss") else -value) if valued else 0.0
+        best_first = (value if metric_mode(row.monitor) == "min" else -value) if valued else 0.0
         job_order = [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", row.job)]  # 2 before 10
         return (group, best_first, job_order)
 

@@ -24,6 +24,7 @@ from pytorch_lightning.loggers import Logger
 from modelforge.config import check_call, resolve_target, signature_defaults
 from modelforge.errors import ConfigError
 from modelforge.registry import CALLBACKS, LOGGERS
+from modelforge.train.tasks import metric_mode
 
 log = logging.getLogger("modelforge.train")
 
@@ -74,7 +75,7 @@ def build_callbacks(cfg: Any, monitor: str = "val/acc") -> list[Callback]:
     def fill(cls: type, accepted: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
         if accepted.get("monitor") is None:  # no monitor, or an optional one (ModelCheckpoint)
             return {}
-        return {"monitor": monitor, "mode": "min" if str(options.get("monitor", monitor)).endswith("loss") else "max"}
+        return {"monitor": monitor, "mode": metric_mode(str(options.get("monitor", monitor)))}
 
     built = [_instantiate("callbacks", name, spec) for name, spec in checked_specs("callbacks", cfg, fill)]
     if any(isinstance(c, (EarlyStopping, Timer)) for c in built):

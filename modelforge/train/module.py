@@ -1,4 +1,4 @@
-"""The LightningModule that trains any classifier modelforge builds."""
+"""The LightningModule that trains any model modelforge builds, for any task (:mod:`modelforge.train.tasks`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
-from torchmetrics.classification import MulticlassAccuracy
 
 from modelforge.models.heads import check_classifier_output
 from modelforge.train.averaging import training_epochs
@@ -20,6 +19,7 @@ from modelforge.train.checkpoints import ResumeState
 from modelforge.train.compiled import compile_for_training, eagerly
 from modelforge.train.optim import build_scheduler, configure_optimizers
 from modelforge.train.stopping import DivergenceGuard, divergence_bound
+from modelforge.train.tasks import build_task
 
 STAGES = ("train", "val", "test")
 STEP_LOSS_DISPLAY_S = 0.5  # how often a bar other than modelforge's gets the step loss logged for it
@@ -33,21 +33,27 @@ STEP_BODY_WITHOUT_CUDA = False
 
 
 class ClassifierModule(pl.LightningModule):
-    """Cross-entropy classification of a built ``nn.Module``; ``config`` (the run config, plain containers)
-    is saved in checkpoints so ``eval`` can rebuild the model from it."""
+    """A built ``nn.Module`` trained for the task of ``config["task"]`` (classify when none: cross-entropy and
+    accuracy); ``config`` (the run config, plain containers) is saved in checkpoints so ``eval`` can rebuild the
+    model from it. ``n_classes``: the data's classes (labels, targets) that the task's metrics count."""
 
     def __init__(self, model: nn.Module, config: dict[str, Any], n_classes: int = 10, label_smoothing: float = 0.0,
                  channels_last: bool = False, compile: bool = False, compile_backend: str = "inductor",
                  compile_mode: str | None = None, cuda_graph: bool = False) -> None:
         super().__init__()
-        check_classifier_output(model, n_classes)  # before any batch: a head of the wrong width names its node
+        self.task = build_task(config.get("task"))
+        if self.task.is_classify:  # before any batch: a head of the wrong width names its node (the run checked
+            check_classifier_output(model, n_classes)  # another task's output against the data's input shape)
         self.save_hyperparameters(ignore=["model"])
         self.model = model.to(memory_format=torch.channels_last) if channels_last else model
-        self.loss = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.loss = self.task.build_loss(label_smoothing)
         # Keys avoid the name `train`, which nn.ModuleDict reserves. validate_args=False: its checks (a
         # torch.unique per update) cost more than the update; labels are checked when the data is read.
-        self.acc = nn.ModuleDict({f"{stage}_acc": MulticlassAccuracy(n_classes, average="micro", validate_args=False)
-                                  for stage in STAGES})
+        self.acc = nn.ModuleDict({f"{stage}_{key}": metric for stage in STAGES
+                                  for key, metric in self.task.build_metrics(n_classes).items()})
+        # Classify gathers METRIC_UPDATE_EVERY batches of predicted labels per update; a per-pixel or image output
+        # is too large to hold that many of: its metrics are updated every batch.
+        self._update_every = METRIC_UPDATE_EVERY if self.task.is_classify else 1
         self.channels_last = channels_last  # NHWC memory format: faster convolutions on GPUs
         self._loss_sum: dict[str, Tensor] = {}  # per stage: sum of loss * batch size this epoch
         self._seen: dict[str, int] = {}  # per stage: samples this epoch
@@ -143,10 +149,10 @@ class ClassifierModule(pl.LightningModule):
         else:
             logits = self(x)
         loss = self.loss(logits, y)
-        # The stage's accuracy is updated every METRIC_UPDATE_EVERY batches and at the end of the epoch.
+        # The stage's metrics are updated every METRIC_UPDATE_EVERY batches (classify) and at the end of the epoch.
         pending = self._pending.setdefault(stage, [])
-        pending.append((logits.detach().argmax(1), y))  # argmax(1): what the metric does with logits
-        if len(pending) >= METRIC_UPDATE_EVERY:
+        pending.append((self.task.predictions(logits.detach()), y))  # argmax(1) of class scores, as the metric does
+        if len(pending) >= self._update_every:
             self._update_accuracy(stage)
         # Epoch figures are accumulated here and logged once per epoch (``_log_epoch``): a ``self.log`` call
         # costs ~0.7 ms of CPU (two per step were ~7% of a 20 ms MNIST step). Tensors only: no host sync.
@@ -173,17 +179,20 @@ class ClassifierModule(pl.LightningModule):
         pending = self._pending.pop(stage, None)
         if pending:
             predicted, true = zip(*pending)
-            self.acc[f"{stage}_acc"].update(torch.cat(predicted), torch.cat(true))
+            predicted, true = (torch.cat(predicted), torch.cat(true)) if len(pending) > 1 else (predicted[0], true[0])
+            for key in self.task.metrics:
+                self.acc[f"{stage}_{key}"].update(predicted, true)
 
     def _start_epoch(self, stage: str) -> None:
         for per_stage in (self._loss_sum, self._seen, self._pending):
             per_stage.pop(stage, None)
-        self.acc[f"{stage}_acc"].reset()
+        for key in self.task.metrics:
+            self.acc[f"{stage}_{key}"].reset()
 
     def _log_epoch(self, stage: str, accuracy_value: Tensor | None = None) -> None:
-        """``<stage>/loss`` (mean over samples) and ``<stage>/acc`` of the epoch, as Lightning's
-        ``on_epoch=True`` logged them; averaged over DDP ranks (accuracy syncs its own state).
-        ``accuracy_value``: the epoch's accuracy, counted elsewhere (a captured step counts its own)."""
+        """``<stage>/loss`` (mean over samples) and ``<stage>/<metric>`` of the epoch (``<stage>/acc`` for classify),
+        as Lightning's ``on_epoch=True`` logged them; averaged over DDP ranks (metrics sync their own state).
+        ``accuracy_value``: classify's accuracy, counted elsewhere (a captured step counts its own)."""
         seen, total = self._seen.pop(stage, 0), self._loss_sum.pop(stage, 0.0)
         if self.trainer.world_size > 1:  # over every rank's samples: evaluation leaves ranks one sample apart
             summed = self.trainer.strategy.reduce(torch.tensor([float(total), seen], device=self.device), reduce_op="sum")
@@ -200,13 +209,14 @@ class ClassifierModule(pl.LightningModule):
                 if not math.isfinite(value := float(mean)):
                     self.divergence.raise_if_bad(value, self.trainer, self.global_step, self.current_epoch)
         self._update_accuracy(stage)
-        accuracy = self.acc[f"{stage}_acc"]
-        if accuracy_value is not None:
-            self.log(f"{stage}/acc", accuracy_value, prog_bar=True)
-        elif accuracy.update_count:
-            # compute() already syncs over ranks; sync_dist averages equal values and tells Lightning it is synced
-            self.log(f"{stage}/acc", accuracy.compute(), prog_bar=True, sync_dist=True)
-        accuracy.reset()
+        for key in self.task.metrics:
+            metric = self.acc[f"{stage}_{key}"]
+            if accuracy_value is not None:
+                self.log(f"{stage}/{key}", accuracy_value, prog_bar=True)
+            elif metric.update_count:
+                # compute() already syncs over ranks; sync_dist averages equal values and tells Lightning it is synced
+                self.log(f"{stage}/{key}", metric.compute().float(), prog_bar=key == self.task.main, sync_dist=True)
+            metric.reset()
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor | None:
         if self._captured is None:

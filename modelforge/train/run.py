@@ -29,6 +29,7 @@ from modelforge.inspect.summary import describe_model
 from modelforge.report.confusion_matrix import ConfusionCounts, write_confusion_matrix
 from modelforge.report.console import quiet_third_party, run_log
 from modelforge.report.learning_curves import write_learning_curves
+from modelforge.report.sample_grid import write_sample_grid
 from modelforge.report.metrics_table import format_metrics
 from modelforge.report.timings import Phases
 from modelforge.train import launch
@@ -46,6 +47,7 @@ from modelforge.train.records import claim_run_dir, current_run_dir, write_metri
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.run_report import setup_report
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
+from modelforge.train.tasks import build_task
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,
@@ -187,8 +189,11 @@ def _train(run: RunConfig, run_dir: Path, received: ReceivedSignal, callbacks: S
             metrics.update(ended_by)
             if run.config.get("curves") and trainer.is_global_zero:  # after training: never on its steps
                 loggers_off = "trainer.fast_dev_run turns the loggers off" if trainer.fast_dev_run else None
-                metrics.update(write_learning_curves(run_dir, f"{label}  {run_dir}",
-                                                     loggers_off))
+                metrics.update(write_learning_curves(run_dir, f"{label}  {run_dir}", loggers_off, run.task.main))
+            if not run.task.is_classify and trainer.is_global_zero and not ended_by:  # in place of a confusion matrix
+                metrics.update(write_sample_grid(model, run.datamodule.test_set, run.task, run_dir,
+                                                 f"{label}  task {run.task.name}",
+                                                 tuple(getattr(run.datamodule, "class_names", ()))))
         except BaseException as exc:
             reason = stop_reason(exc, trainer, received, run.config["model"])
             if reason is exc:  # a run directory turned read-only or full: one line, not Lightning's OSError
@@ -261,8 +266,14 @@ def check_eval(cfg: Mapping[str, Any] | DictConfig, context: RunContext = RunCon
         datamodule.tests_only = True
     datamodule.prepare_data()
     model = build_model(stored["model"])
-    model_classes = int(ckpt["hyper_parameters"].get("n_classes") or getattr(datamodule, "n_classes", 10))
-    check_data_fits(datamodule, model, model_classes, data_config, stored.get("data") or {})
+    task = build_task(stored.get("task"))
+    if task.is_classify:
+        model_classes = int(ckpt["hyper_parameters"].get("n_classes") or getattr(datamodule, "n_classes", 10))
+        check_data_fits(datamodule, model, model_classes, data_config, stored.get("data") or {})
+    else:  # the task's own checks: its kind of targets, and the model's output at this data's shapes
+        model_classes = ckpt["hyper_parameters"].get("n_classes")
+        task.check_data(datamodule)
+        task.check_model(model, datamodule)
     # The loss as the run computed it (label smoothing included), so test/loss matches metrics.json.
     module = ClassifierModule(model, config=stored, n_classes=model_classes,
                               label_smoothing=float(stored.get("label_smoothing") or 0.0))
@@ -299,14 +310,20 @@ def evaluate(cfg: EvalPlan | Mapping[str, Any] | DictConfig, run_dir: str | Path
     trainer_options = eval_trainer_options(plain.get("trainer") or {}, stored.get("trainer") or {}, context)
     trainer = build_trainer({**stored, "trainer": trainer_options, "hooks": None, "logger": None},
                             run_dir, plugins=plugins, for_eval=True)
-    confusion = ConfusionCounts(module.hparams.n_classes)  # from the test's own forward passes
-    trainer.callbacks.append(confusion)
+    # A classifier's confusion matrix, from the test's own forward passes; another task draws sample outputs.
+    confusion = ConfusionCounts(module.hparams.n_classes) if module.task.is_classify else None
+    if confusion is not None:
+        trainer.callbacks.append(confusion)
     with ddp_run_scope(trainer):
         results = trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
-        drawn = write_confusion_matrix(confusion.counts, run_dir.absolute(), getattr(datamodule, "class_names", ()),
-                                       f"{model_label(stored['model'])}  test/acc {metrics.get('test/acc', 0):.4f}")
+        main = f"test/{module.task.main}"
+        title = f"{model_label(stored['model'])}  {main} {metrics.get(main, 0):.4f}"
+        names = tuple(getattr(datamodule, "class_names", ()))
+        drawn = (write_confusion_matrix(confusion.counts, run_dir.absolute(), names, title) if confusion is not None
+                 else write_sample_grid(module.model, datamodule.test_set, module.task, run_dir.absolute(), title,
+                                        names))
         print(format_metrics({**metrics, "ckpt_path": str(ckpt_path)}, run_dir))
         try:
             write_json(run_dir / "eval_metrics.json", {**metrics, "ckpt_path": str(ckpt_path),

@@ -33,9 +33,8 @@ from modelforge.config import (
 )
 from modelforge.data.build import resolved_data_options
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
-from modelforge.errors import CheckpointError, UnknownNameError, allocation_errors
+from modelforge.errors import CheckpointError, ConfigError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
-from modelforge.models.heads import check_classifier_output
 from modelforge.train.callbacks import build_callbacks, check_loggers
 from modelforge.train.checkpoints import resume_checkpoint
 from modelforge.train.compiled import check_compile
@@ -43,6 +42,7 @@ from modelforge.train.context import RunContext
 from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
 from modelforge.train.optim import build_optimizer, validate_optim
 from modelforge.train.stopping import divergence_bound
+from modelforge.train.tasks import Task, build_task, task_monitors
 from modelforge.train.trainer import (
     build_datamodule,
     check_trainer_options,
@@ -50,9 +50,9 @@ from modelforge.train.trainer import (
 )
 from modelforge.train.transfer import Transfer, apply_transfer
 
-# What ClassifierModule logs at each validation: what picks the best checkpoint, and what
-# train() returns for sweepers.
-MONITORED_METRICS = ("val/acc", "val/loss")
+# What ClassifierModule logs at each validation of a classifier: what picks the best checkpoint, and what
+# train() returns for sweepers (another task's: tasks.task_monitors).
+MONITORED_METRICS = task_monitors(Task())
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ class RunConfig:
     compile_backend: str = "inductor"
     compile_mode: str | None = None
     cuda_graph: bool = False
+    task: Task = field(default_factory=Task)  # what the model learns: classify unless the config's task says
 
 
 def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
@@ -89,14 +90,21 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     plain = typed_train_config(load_config(raw))
     seed, monitor, ckpt_path, label_smoothing = (plain[k] for k in ("seed", "monitor", "ckpt_path", "label_smoothing"))
     require_probability(label_smoothing, "label_smoothing")
-    if monitor not in MONITORED_METRICS:
-        raise UnknownNameError("metric", monitor, MONITORED_METRICS, path="monitor")
+    task = build_task(plain.get("task"))
+    if "monitor" not in raw:  # a config of the caller's without one: the task's main metric
+        plain["monitor"] = monitor = f"val/{task.main}"
+    if monitor not in (monitors := task_monitors(task)):
+        raise UnknownNameError("metric", monitor, monitors, path="monitor")
+    if plain["cuda_graph"] and not task.is_classify:  # the captured step counts a classifier's correct labels
+        raise ConfigError("cuda_graph", f"a captured step trains a classifier only, not task {task.name!r}",
+                          hint="leave cuda_graph=false")
     if ckpt_path is not None and not Path(ckpt_path).expanduser().exists():
         raise CheckpointError(f"ckpt_path: no checkpoint file at {Path(ckpt_path).expanduser()}")
     if plain["cuda_graph"]:  # a captured step has one batch shape: the ragged last training batch is left out
         plain["data"] = {**(plain.get("data") or {}), "drop_last": True}
     datamodule = build_datamodule(plain.get("data") or {})
     plain["data"] = {**(plain.get("data") or {}), **resolved_data_options(datamodule)}  # an image folder's classes
+    task.check_data(datamodule)  # segmentation masks for task=segment, ...
     # The model's input shape and class count follow the data unless set (and then must agree).
     plain["model"] = fill_model_shapes(model_config_from_run(plain), datamodule,
                                        explicit_model_keys(context.overrides or ()))
@@ -106,7 +114,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
         model = validate_model_config(plain["model"])
     with allocation_errors(plain["model"], "while building the model"):
         network = build_checked_model(model, seed=seed, files=context.model_files)
-    check_classifier_output(network, getattr(datamodule, "n_classes", 10))  # the builders build any output
+    task.check_model(network, datamodule)  # the builders build any output: the task's, at the data's shapes
     # Before the optimizer's check: its param_groups see only the parameters left trainable.
     transfer = apply_transfer(plain, network, resuming=ckpt_path is not None)
     validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
@@ -128,4 +136,4 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
                      channels_last=plain["channels_last"], compile=plain["compile"], ckpt_path=ckpt_path,
                      checkpoint=checkpoint,
                      transfer=transfer, compile_backend=plain["compile_backend"], compile_mode=plain["compile_mode"],
-                     cuda_graph=plain["cuda_graph"])
+                     cuda_graph=plain["cuda_graph"], task=task)

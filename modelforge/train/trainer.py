@@ -34,6 +34,7 @@ from modelforge.train.callbacks import (
 from modelforge.train.ddp_teardown import StopTogether
 from modelforge.train.fit_count import RunFitCount
 from modelforge.train.hook_callback import HookPluginsCallback
+from modelforge.train.tasks import metric_mode
 
 
 def default_precision(accelerator: str) -> str:
@@ -75,7 +76,7 @@ def _callbacks(config: Mapping[str, Any], run_dir: Path, hooks: list[Callback], 
     # state are driven by ClassifierModule's own hooks; StopTogether joins DDP runs only (build_trainer).
     callbacks: list[Callback] = [
         ckpts.EpochCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:02d}", auto_insert_metric_name=False,
-                              monitor=monitor, mode="min" if monitor.endswith("loss") else "max"),
+                              monitor=monitor, mode=metric_mode(monitor)),
         ckpts.RunCheckpoints(ckpt_dir),  # last.ckpt after every epoch and at the end; interrupted.ckpt on a crash
         *hooks, *chosen,
         *extra,  # the caller's: e.g. a sweep's trial pruning (report monitor, stop when its pruner says)
