@@ -74,7 +74,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         # DDP ranks re-run sys.argv: in a sweep, this job
         sys.argv = sweep_job_argv(command, HydraConfig.get()) if sweep else saved_argv
         try:
-            with fresh_ddp_state(), held_job(cfg) if sweep else contextlib.nullcontext() as kept:
+            with fresh_ddp_state(), held_job(cfg, HydraConfig.get()) if sweep else contextlib.nullcontext() as kept:
                 if kept is not None:  # resumed: a job that finished before is kept, with its value for the sweeper
                     return kept.get(str(kept.get("monitor") or "val/acc"))
                 if sweep and cfg.get("ckpt_path") and not any(a.startswith("ckpt_path=") for a in sys.argv):
@@ -83,7 +83,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         except (RunStopped, ModelforgeError) as exc:
             if not sweep or getattr(exc, "ends_sweep", False):
                 if sweep and isinstance(exc, RunStopped):  # the sweep resumes, its jobs each from its own state
-                    exc.resume_with = resume_hint()
+                    exc.resume_with = resume_hint(HydraConfig.get().sweep.dir)
                 refuse(exc)  # with its exit code; a signal ends the sweep too
             if isinstance(exc, RunStopped):
                 print(f"error: {exc}", file=sys.stderr)

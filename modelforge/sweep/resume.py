@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from modelforge.errors import ConfigError, ModelforgeError
@@ -69,19 +68,19 @@ def override_difference(before: Sequence[str], now: Sequence[str]) -> str:
                       *(f"lacks {' '.join(missing)}" for _ in missing[:1])])
 
 
-def resume_hint() -> str:
-    """How to resume the sweep of the job running here, for a job that stopped it."""
-    return f"the same command and hydra.sweep.dir={HydraConfig.get().sweep.dir} {RESUME_KEY}=true"
+def resume_hint(sweep_dir: str | Path) -> str:
+    """How to resume the sweep in ``sweep_dir`` (its ``hydra.sweep.dir``), for a job that stopped it."""
+    return f"the same command and hydra.sweep.dir={sweep_dir} {RESUME_KEY}=true"
 
 
 @contextmanager
-def held_job(cfg: DictConfig) -> Iterator[dict[str, Any] | None]:
+def held_job(cfg: DictConfig, hydra: DictConfig) -> Iterator[dict[str, Any] | None]:
     """Hold this sweep job's directory while the block runs (FileBusyError: another process runs the job).
+    ``hydra``: the job's Hydra config (its output dir, number and callbacks), which the CLI hands in.
 
     Resuming, the directory is made ready first; yields the record of a job that finished before (kept: run
     nothing), else None: run the job (``cfg.ckpt_path`` set where it continues a stopped run).
     """
-    hydra = HydraConfig.get()
     job_dir = Path(hydra.runtime.output_dir)
     with contextlib.ExitStack() as held:
         try:

@@ -26,6 +26,10 @@ EXPECTED = {
     "vit_b_16": {"encoder": (768, 4)},  # 49 tokens of 4x4 patches and the class token: D, and the patch size
     "vit_tiny": {"encoder": (64, 4)},
     "yolov8_cls": {"p1": (16, 2), "c2": (32, 4), "c3": (64, 8), "c4": (128, 16), "c5": (256, 32)},
+    # image-to-image models (task=segment, reconstruct): their maps come back up to the input's size
+    "unet": {"body": (8, 1)},  # the top level's decoder, at the input's size
+    "autoencoder": {"enc1": (32, 2), "enc2": (64, 4), "up1": (32, 2)},
+    "resnet18_fpn": {"layer1": (64, 1), "layer2": (128, 2), "layer3": (256, 4), "layer4": (512, 8)},
 }
 NOT_GRAPHS = {"cnn", "mlp", "seed_cnn"}  # builders without named nodes: features are refused
 
