@@ -21,9 +21,9 @@ from modelforge.deploy.metadata import read_metadata
 from modelforge.deploy.runtime import open_model
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
 from tests.conftest import REAL_MNIST, run_cli
-from tests.data_helpers import write_mnist_idx
-from tests.deploy.conftest import HAS_ONNX, needs_onnx, train_small_cnn
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import write_mnist_idx
+from tests.helpers.small_runs import HAS_ONNX, needs_onnx, train_small_cnn
+from tests.helpers.run_config import compose_train
 
 FORMATS = ["pt2", pytest.param("onnx", marks=needs_onnx), "torchscript"]
 

@@ -18,8 +18,8 @@ from modelforge import CheckpointError, load_model
 from modelforge.deploy.load import check_fits, load_checkpoint
 from modelforge.deploy.metadata import model_metadata
 from modelforge.train import train
-from tests.data_helpers import write_idx_set, write_mnist_idx
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import write_idx_set, write_mnist_idx
+from tests.helpers.run_config import compose_train
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["trainer.max_epochs=1", "model=cnn", "enc_sizes=[4]", "dec_sizes=[8]"]

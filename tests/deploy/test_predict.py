@@ -29,8 +29,8 @@ from modelforge.deploy.runtime import Runner
 from modelforge.errors import CheckpointError, ConfigError, DataError
 from modelforge.train import train
 from tests.conftest import REAL_MNIST
-from tests.data_helpers import idx_bytes, pattern_images, write_idx, write_mnist_idx
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import idx_bytes, pattern_images, write_idx, write_mnist_idx
+from tests.helpers.run_config import compose_train
 
 N_TEST = 12
 

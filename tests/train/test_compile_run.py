@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REAL_MNIST
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.run_config import tiny_cli_args
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's notes
 

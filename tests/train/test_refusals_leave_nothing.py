@@ -12,9 +12,9 @@ import pytest
 
 from modelforge.deploy.export import export
 from tests.conftest import child_env
-from tests.data_helpers import write_idx_set
-from tests.deploy.conftest import train_small_cnn
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.mnist_idx import write_idx_set
+from tests.helpers.small_runs import train_small_cnn
+from tests.helpers.run_config import tiny_cli_args
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pytorch_lightning.callbacks import Callback
 from modelforge.errors import ConfigError, Terminated
 from modelforge.report.progress import LineProgress
 from modelforge.train import train
-from tests.train.conftest import compose_train
+from tests.helpers.run_config import compose_train
 
 SAME = ("seed=3", "trainer.deterministic=true", "model=cnn", "enc_sizes=[4]", "dec_sizes=[16]", "model.dropout=0.2")
 COMPARED = ("val/acc", "val/loss", "test/acc", "test/loss", "global_step", "epochs")

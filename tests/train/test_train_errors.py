@@ -13,7 +13,7 @@ import torch
 
 from modelforge import CheckpointError, ConfigError, DataError
 from modelforge.train import train
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.helpers.run_config import compose_train, tiny_cli_args
 
 
 def _setup_failure(run_dir: Path) -> dict:
