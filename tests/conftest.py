@@ -45,14 +45,34 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
+# The data sets and the run below are made once per test process (xdist worker) and only read by the tests.
+@pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """96 train / 32 test learnable images in the four IDX files, one folder per test module."""
-    from tests.data_helpers import write_mnist_idx
+    """96 train / 32 test learnable images in the four IDX files."""
+    from tests.helpers.mnist_idx import write_mnist_idx
 
-    folder = tmp_path_factory.mktemp("tiny_mnist")
+    folder = tmp_path_factory.mktemp("tiny_data")
     write_mnist_idx(folder, n_train=96, n_test=32)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_mnist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """160 train / 64 test learnable 28x28 images in the four standard IDX files."""
+    from tests.helpers.mnist_idx import write_mnist_idx
+
+    folder = tmp_path_factory.mktemp("tiny_mnist")
+    write_mnist_idx(folder, n_train=160, n_test=64)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def small_cnn_run(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory of one epoch of a small cnn (tests.helpers.small_runs.SMALL_CNN) on tiny_mnist: for the
+    tests that load, export, resume or evaluate a trained run and leave it as it is."""
+    from tests.helpers.small_runs import train_small_cnn
+
+    return train_small_cnn(tiny_mnist, tmp_path_factory.mktemp("small_cnn") / "run")
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,

@@ -10,7 +10,7 @@ from tests.helpers.small_runs import (  # noqa: F401  moved; for branches writte
     HAS_ONNX, SMALL_CNN, needs_onnx, train_mlp, train_small_cnn)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def small_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SMALL_CNN trained on the module's tiny data (tests/conftest.py)."""
+    """SMALL_CNN trained on tiny_data (tests/conftest.py), once per test process; the tests only read it."""
     return train_small_cnn(tiny_data, tmp_path_factory.mktemp("runs") / "small")

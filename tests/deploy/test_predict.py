@@ -268,14 +268,6 @@ def test_a_module_without_metadata_is_refused_with_a_hint(digits) -> None:
         predict(build_model({"name": "mlp"}), digits[1].float())
 
 
-@pytest.mark.e2e
-def test_the_cli_in_its_own_process_exits_2_for_a_bad_input(cli, ckpt: Path, tmp_path: Path) -> None:
-    result = cli("predict", f"ckpt_path={ckpt}", f"inputs={tmp_path / 'missing'}", cwd=tmp_path, timeout=120)
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"error: inputs: no file or folder '{tmp_path / 'missing'}' " \
-                                    f"(looked for {tmp_path / 'missing'})"
-
-
 @pytest.mark.parametrize("format", ["pt2", "onnx", "torchscript"])
 def test_an_exported_file_predicts_what_the_checkpoint_predicts(run_main, ckpt: Path, digits, tmp_path: Path,
                                                                format: str) -> None:
