@@ -200,7 +200,7 @@ def make_bad_files(work: Path) -> None:
     from PIL import Image
 
     sys.path.insert(0, str(REPO))
-    from tests.deploy import payloads  # the attacker's files the tests make, made the same way here
+    from tests.helpers import payloads  # the attacker's files the tests make, made the same way here
 
     bad = work / "bad"
     (bad / "empty").mkdir(parents=True)

@@ -45,14 +45,34 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
+# The data sets and the run below are made once per test process (xdist worker) and only read by the tests.
+@pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """96 train / 32 test learnable images in the four IDX files, one folder per test module."""
-    from tests.data_helpers import write_mnist_idx
+    """96 train / 32 test learnable images in the four IDX files."""
+    from tests.helpers.mnist_idx import write_mnist_idx
 
-    folder = tmp_path_factory.mktemp("tiny_mnist")
+    folder = tmp_path_factory.mktemp("tiny_data")
     write_mnist_idx(folder, n_train=96, n_test=32)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_mnist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """160 train / 64 test learnable 28x28 images in the four standard IDX files."""
+    from tests.helpers.mnist_idx import write_mnist_idx
+
+    folder = tmp_path_factory.mktemp("tiny_mnist")
+    write_mnist_idx(folder, n_train=160, n_test=64)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def small_cnn_run(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory of one epoch of a small cnn (tests.helpers.small_runs.SMALL_CNN) on tiny_mnist: for the
+    tests that load, export, resume or evaluate a trained run and leave it as it is."""
+    from tests.helpers.small_runs import train_small_cnn
+
+    return train_small_cnn(tiny_mnist, tmp_path_factory.mktemp("small_cnn") / "run")
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -139,12 +159,40 @@ def _follow_current_streams(captured: tuple[object, object]) -> None:
                 handler.setStream(_CurrentStream("stdout" if stream is captured[0] else "stderr"))
 
 
+# What makes a test an integration test when it says nothing itself: it asks for the CLI run in this process or
+# for tiny data to train on, or its module imports the training entry points, Lightning, or a small Lightning run.
+INTEGRATION_FIXTURES = frozenset({"run_main", "tiny_data", "tiny_mnist", "small_run", "sweep_here", "tiny_args"})
+INTEGRATION_NAMES = frozenset({"train", "evaluate", "compose_train", "pl", "LitTiny", "Trainer", "train_small_cnn",
+                               "train_mlp", "train_on_folder"})
+
+
+def cost_marker(item: pytest.Item) -> str:
+    """The marker that says what ``item`` costs: its own ``e2e`` (a process of its own) or ``integration`` when
+    it has one, else ``integration`` when it runs real parts together in this process, else ``unit``."""
+    for name in ("e2e", "integration"):
+        if item.get_closest_marker(name):
+            return name
+    if "cli" in getattr(item, "fixturenames", ()):  # `python -m modelforge` in a subprocess
+        return "e2e"
+    module = getattr(item, "module", None)
+    if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or (
+            module is not None and INTEGRATION_NAMES & set(vars(module))):
+        return "integration"
+    return "unit"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files with the most ``e2e`` tests first, the rest in their usual order.
+    """Every test carries one of ``unit`` / ``integration`` / ``e2e`` (``-m unit`` is the quick loop); then the
+    files with the most ``e2e`` tests first, the rest in their usual order.
 
     xdist (``--dist loadfile``) hands out whole files in this order: starting the files
     that take longest first keeps one worker from being left with a long file at the end.
     """
+    for item in items:
+        cost = cost_marker(item)
+        if not item.get_closest_marker(cost):
+            item.add_marker(cost)
     e2e = Counter(_file_of(item) for item in items if item.get_closest_marker("e2e"))
     items.sort(key=lambda item: -e2e[_file_of(item)])  # a stable sort: otherwise the usual order
 

@@ -1,6 +1,6 @@
 """No file modelforge opens runs code: an exported .pt2, TorchScript or ONNX file, a checkpoint (.ckpt, a
 torch.save .pt), the config stored in one, a YAML config. Each file carries a payload that writes a marker
-file when a careless loader opens or runs it (tests/deploy/payloads.py makes them as an attacker would); each is
+file when a careless loader opens or runs it (tests/helpers/payloads.py makes them as an attacker would); each is
 refused, through the CLI (exit 2, one line naming the file and why) and from Python, and the marker is never
 written. Where torch itself runs the payload, a test pins that it still does: the day it stops, the check
 that works around it can go."""
@@ -26,9 +26,9 @@ from modelforge.deploy.predict import predict
 from modelforge.deploy.runtime import open_model
 from modelforge.errors import CheckpointError, ConfigError
 from tests.conftest import REPO
-from tests.deploy import payloads
-from tests.deploy.conftest import needs_onnx, train_mlp
-from tests.train.conftest import tiny_cli_args
+from tests.helpers import payloads
+from tests.helpers.small_runs import needs_onnx, train_mlp
+from tests.helpers.run_config import tiny_cli_args
 
 # payload -> what the refusal says of the file
 PT2_REFUSALS = {

@@ -22,7 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from modelforge import BLOCKS
 from modelforge.config import conf_dir
 from tests.conftest import REAL_MNIST, REPO
-from tests.data_helpers import write_mnist_idx
+from tests.helpers.mnist_idx import write_mnist_idx
 
 _SPEC = importlib.util.spec_from_file_location("readme_commands", REPO / "experiments" / "readme_commands.py")
 readme_commands = importlib.util.module_from_spec(_SPEC)

@@ -21,7 +21,6 @@ from modelforge.inspect.flops import (
 )
 from modelforge.inspect.summary import describe_model, format_summary, summarize
 from modelforge.layers.blocks import ConvBlock, LinearBlock
-from tests.conftest import run_cli
 
 # The default cnn, by hand (per sample; a conv output pixel costs k*k*c_in MACs per output channel):
 CONV1 = 28 * 28 * 32 * (3 * 3 * 1)       # 1 -> 32, 3x3, padding 1, on 28x28; then 2x2 max pool -> 14x14
@@ -224,8 +223,8 @@ def test_summary_of_a_swin_graph_prints_its_macs(run_main, user_models: Path) ->
     assert f"Total MACs: {macs['']:,} per sample" in result.stdout
 
 
-def test_summary_of_a_permuted_parameter_beside_a_layer_of_unknown_kind(user_models: Path) -> None:
-    result = run_cli("summary", "--config-dir", "configs", "model=learned_map", cwd=user_models)
+def test_summary_of_a_permuted_parameter_beside_a_layer_of_unknown_kind(run_main, user_models: Path) -> None:
+    result = run_main("summary", "--config-dir", "configs", "model=learned_map", cwd=user_models)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     conv, head = 28 * 28 * 8 * 1, 2 * 10

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 
 from modelforge import ConfigError
 from modelforge.config import TRAIN_GROUPS, check_top_level_keys, conf_dir, train_keys
-from tests.data_helpers import write_mnist_idx
+from tests.helpers.mnist_idx import write_mnist_idx
 
 TINY = ["data.verify=false", "data.download=false", "data.val_size=16", "data.batch_size=16",
         "trainer.enable_progress_bar=false", "trainer.max_epochs=1", "trainer.limit_train_batches=2"]

@@ -112,8 +112,8 @@ def test_a_sweeper_key_is_named_where_it_is_missing(run_main, tmp_path: Path, ov
 
 
 def test_the_hinted_search_space_entry_is_what_optuna_searches(run_main, tmp_path: Path) -> None:
-    from tests.data_helpers import write_mnist_idx
-    from tests.train.conftest import tiny_cli_args
+    from tests.helpers.mnist_idx import write_mnist_idx
+    from tests.helpers.run_config import tiny_cli_args
 
     write_mnist_idx(tmp_path / "mnist", n_train=64, n_test=32)
     result = run_main("train", "-m", "hparams_search=optuna", "optim.lr=choice(0.05)", "hydra.sweeper.n_trials=1",

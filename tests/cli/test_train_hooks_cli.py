@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.data_helpers import write_mnist_idx
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.mnist_idx import write_mnist_idx
+from tests.helpers.run_config import tiny_cli_args
 
 
 @pytest.fixture(scope="module")

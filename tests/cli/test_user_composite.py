@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.data_helpers import write_mnist_idx
+from tests.helpers.mnist_idx import write_mnist_idx
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.data_helpers import write_mnist_idx
+from tests.helpers.mnist_idx import write_mnist_idx
 
 pytestmark = pytest.mark.e2e  # a user project: its own process, its own PYTHONPATH and entry points
 

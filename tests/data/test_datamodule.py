@@ -29,7 +29,7 @@ from modelforge.data import (
 )
 from modelforge.errors import ConfigError, DataError
 from modelforge.registry import DATAMODULES
-from tests.data_helpers import write_idx_set, write_mnist_idx
+from tests.helpers.mnist_idx import write_idx_set, write_mnist_idx
 
 
 def make(mnist_dir, **kwargs) -> MNISTDataModule:
@@ -242,7 +242,7 @@ DDP_SCRIPT = """
 import sys, torch, pytorch_lightning as pl
 from torch import nn
 from modelforge.data import MNISTDataModule
-from tests.data_helpers import write_mnist_idx
+from tests.helpers.mnist_idx import write_mnist_idx
 
 class Count(pl.LightningModule):
     def __init__(self):

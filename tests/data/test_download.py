@@ -16,7 +16,7 @@ import pytest
 
 from modelforge.data import MNIST, ensure_files, load_idx_set, resolve_data_dir
 from modelforge.errors import DataError
-from tests.data_helpers import write_mnist_idx
+from tests.helpers.mnist_idx import write_mnist_idx
 
 NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 REPO = Path(__file__).resolve().parents[2]

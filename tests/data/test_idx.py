@@ -23,7 +23,7 @@ from modelforge.data.idx import (
     read_idx_bytes,
 )
 from modelforge.errors import DataError
-from tests.data_helpers import idx_bytes, write_idx, write_idx_set, write_mnist_idx
+from tests.helpers.mnist_idx import idx_bytes, write_idx, write_idx_set, write_mnist_idx
 
 IMAGES = torch.arange(3 * 28 * 28, dtype=torch.int64).remainder(256).to(torch.uint8).reshape(3, 28, 28)
 

@@ -14,7 +14,7 @@ from modelforge import ConfigError, DataError
 from modelforge.data.build import build_datamodule
 from modelforge.data.image_files import index_image_folder
 from modelforge.data.image_transforms import ImageFiles, ImagePipeline, random_crop_box
-from tests.data.image_folder_helpers import write_image_folder
+from tests.helpers.image_folder import write_image_folder
 
 
 def _index(root: Path, classes=None, val_size: float = 0.2, test_size: float = 0.0, seed: int = 0):

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from modelforge.data.build import build_datamodule
-from tests.data.image_folder_helpers import write_image_folder
+from tests.helpers.image_folder import write_image_folder
 
 QUICK = ["data.image_size=32", "data.resize_size=36", "data.num_workers=0", "data.batch_size=16",
          "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",

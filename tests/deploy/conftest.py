@@ -1,37 +1,16 @@
-"""What the export and predict tests share: whether ONNX can be exported here, and the small cnn they export."""
+"""The small cnn the export and predict tests share, trained once per module."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from modelforge.train import train
-from tests.train.conftest import compose_train
-
-HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
-needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="onnx, onnxscript and onnxruntime not installed "
-                                                      "(pip install 'modelforge[export]')")
-
-# A cnn whose export is a few KB.
-SMALL_CNN = ("trainer.max_epochs=1", "model=cnn", "enc_sizes=[4]", "dec_sizes=[8]")
+from tests.helpers.small_runs import (  # noqa: F401  moved; for branches written before
+    HAS_ONNX, SMALL_CNN, needs_onnx, train_mlp, train_small_cnn)
 
 
-def train_mlp(data_dir: Path, run_dir: Path, hidden: int) -> Path:
-    """One epoch of an mlp with one hidden layer of ``hidden`` units on ``data_dir`` into ``run_dir``."""
-    train(compose_train(data_dir, "trainer.max_epochs=1", "model=mlp", f"model.hidden_sizes=[{hidden}]"),
-          run_dir=run_dir)
-    return run_dir
-
-
-def train_small_cnn(data_dir: Path, run_dir: Path) -> Path:
-    """One epoch of SMALL_CNN on ``data_dir`` into ``run_dir``."""
-    train(compose_train(data_dir, *SMALL_CNN), run_dir=run_dir)
-    return run_dir
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def small_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SMALL_CNN trained on the module's tiny data (tests/conftest.py)."""
+    """SMALL_CNN trained on tiny_data (tests/conftest.py), once per test process; the tests only read it."""
     return train_small_cnn(tiny_data, tmp_path_factory.mktemp("runs") / "small")

@@ -21,23 +21,20 @@ from modelforge.deploy.metadata import read_metadata
 from modelforge.deploy.runtime import open_model
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
 from tests.conftest import REAL_MNIST, run_cli
-from tests.data_helpers import write_mnist_idx
-from tests.deploy.conftest import HAS_ONNX, needs_onnx, train_small_cnn
-from tests.train.conftest import compose_train
+from tests.helpers.small_runs import HAS_ONNX, needs_onnx
+from tests.helpers.run_config import compose_train
 
 FORMATS = ["pt2", pytest.param("onnx", marks=needs_onnx), "torchscript"]
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_mnist")
-    write_mnist_idx(folder, n_train=160, n_test=64)
-    return folder
+@pytest.fixture
+def tiny_data(tiny_mnist: Path) -> Path:
+    return tiny_mnist  # the data small_cnn_run trained on
 
 
-@pytest.fixture(scope="module")
-def run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_small_cnn(tiny_data, tmp_path_factory.mktemp("runs") / "cnn")
+@pytest.fixture
+def run(small_cnn_run: Path) -> Path:
+    return small_cnn_run
 
 
 def _model_config(data: Path, *overrides: str) -> dict:

@@ -19,7 +19,7 @@ import pytest
 from modelforge.deploy.export import FORMATS, export
 from modelforge.errors import ConfigError
 from tests.conftest import child_env, run_cli
-from tests.deploy.conftest import needs_onnx, train_mlp
+from tests.helpers.small_runs import needs_onnx, train_mlp
 
 ALL_FORMATS = ["pt2", pytest.param("onnx", marks=needs_onnx), "torchscript"]
 needs_root = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root")

@@ -24,8 +24,8 @@ from modelforge.deploy.predict import as_input_images, classify, predict
 from modelforge.deploy.runtime import open_model
 from modelforge.errors import DataError
 from modelforge.train import train
-from tests.data.image_folder_helpers import write_image_folder
-from tests.data_helpers import write_mnist_idx
+from tests.helpers.image_folder import write_image_folder
+from tests.helpers.mnist_idx import write_mnist_idx
 
 QUICK = ["data.image_size=32", "data.resize_size=36", "data.num_workers=0", "data.batch_size=16",
          "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
@@ -182,7 +182,7 @@ def test_a_tensor_whose_channels_cannot_be_images_is_refused(folder_run) -> None
 def test_a_gray_model_reads_a_colour_tensor_as_a_colour_file(tmp_path: Path) -> None:
     """An MNIST model: a colour tensor goes gray as a colour PNG does (Pillow's convert to L)."""
     write_mnist_idx(tmp_path / "data", n_train=64, n_test=16)
-    from tests.deploy.conftest import train_small_cnn
+    from tests.helpers.small_runs import train_small_cnn
 
     run = train_small_cnn(tmp_path / "data", tmp_path / "run")
     rgb = np.random.default_rng(1).integers(0, 256, (2, 28, 28, 3), dtype=np.uint8)

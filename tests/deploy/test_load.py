@@ -18,19 +18,17 @@ from modelforge import CheckpointError, load_model
 from modelforge.deploy.load import check_fits, load_checkpoint
 from modelforge.deploy.metadata import model_metadata
 from modelforge.train import train
-from tests.data_helpers import write_idx_set, write_mnist_idx
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import write_idx_set
+from tests.helpers.run_config import compose_train
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["trainer.max_epochs=1", "model=cnn", "enc_sizes=[4]", "dec_sizes=[8]"]
 EMA = ["callbacks=[ema]", "callbacks.ema.decay=0.5"]
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_mnist")
-    write_mnist_idx(folder, n_train=160, n_test=64)
-    return folder
+@pytest.fixture(scope="session")
+def tiny_data(tiny_mnist: Path) -> Path:
+    return tiny_mnist  # the data small_cnn_run trained on
 
 
 def _train(data: Path, run_dir: Path, *overrides: str) -> Path:
@@ -38,9 +36,9 @@ def _train(data: Path, run_dir: Path, *overrides: str) -> Path:
     return run_dir
 
 
-@pytest.fixture(scope="module")
-def run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _train(tiny_data, tmp_path_factory.mktemp("runs") / "cnn")
+@pytest.fixture
+def run(small_cnn_run: Path) -> Path:
+    return small_cnn_run  # _train's SMALL is SMALL_CNN
 
 
 @pytest.fixture(scope="module")

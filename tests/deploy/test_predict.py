@@ -29,8 +29,8 @@ from modelforge.deploy.runtime import Runner
 from modelforge.errors import CheckpointError, ConfigError, DataError
 from modelforge.train import train
 from tests.conftest import REAL_MNIST
-from tests.data_helpers import idx_bytes, pattern_images, write_idx, write_mnist_idx
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import idx_bytes, pattern_images, write_idx, write_mnist_idx
+from tests.helpers.run_config import compose_train
 
 N_TEST = 12
 
@@ -266,14 +266,6 @@ def test_a_module_without_metadata_is_refused_with_a_hint(digits) -> None:
         predict(build_model({"name": "mlp", "hidden_sizes": [8]}), digits[1])
     with pytest.raises(DataError, match=r"uint8 \[H, W\] or \[N, H, W\] \(gray\), or \[N, C, H, W\] .*, got torch.float32"):
         predict(build_model({"name": "mlp"}), digits[1].float())
-
-
-@pytest.mark.e2e
-def test_the_cli_in_its_own_process_exits_2_for_a_bad_input(cli, ckpt: Path, tmp_path: Path) -> None:
-    result = cli("predict", f"ckpt_path={ckpt}", f"inputs={tmp_path / 'missing'}", cwd=tmp_path, timeout=120)
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"error: inputs: no file or folder '{tmp_path / 'missing'}' " \
-                                    f"(looked for {tmp_path / 'missing'})"
 
 
 @pytest.mark.parametrize("format", ["pt2", "onnx", "torchscript"])

@@ -23,9 +23,9 @@ from modelforge.deploy.predict import predict
 from modelforge.errors import DataError
 from modelforge.train import train
 from tests.conftest import REPO
-from tests.data_helpers import idx_bytes, pattern_images, write_idx, write_mnist_idx
-from tests.deploy.conftest import HAS_ONNX
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import idx_bytes, pattern_images, write_idx, write_mnist_idx
+from tests.helpers.small_runs import HAS_ONNX
+from tests.helpers.run_config import compose_train
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,7 @@ def test_a_recursive_glob_through_a_self_link_reads_each_file_once(tmp_path: Pat
 
 
 def test_predict_names_the_skipped_files_and_classifies_the_rest(run_main, tmp_path: Path) -> None:
-    from tests.deploy.payloads import clean_pt2
+    from tests.helpers.payloads import clean_pt2
 
     model = clean_pt2(tmp_path / "m.pt2")
     images = tmp_path / "in"

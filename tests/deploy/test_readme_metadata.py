@@ -15,8 +15,8 @@ from modelforge.deploy.export import export
 from modelforge.deploy.metadata import read_metadata
 from modelforge.train import train
 from tests.conftest import REPO
-from tests.data_helpers import write_mnist_idx
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import write_mnist_idx
+from tests.helpers.run_config import compose_train
 
 
 def readme_block(marker: str) -> str:

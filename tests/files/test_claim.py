@@ -40,6 +40,7 @@ def test_a_claim_for_a_file_never_written_leaves_no_folder_it_made(tmp_path: Pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.e2e
 def test_a_lock_whose_holder_was_killed_is_free(tmp_path: Path) -> None:
     target = tmp_path / "m.pt2"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom modelforge.files.claim import claimed\n"

@@ -7,8 +7,8 @@ import pytorch_lightning as pl
 
 from modelforge.hooks import build_hook_plugins
 from modelforge.train.hook_callback import HookPluginsCallback
-from tests.hooks.conftest import hook_count
-from tests.hooks.test_callback import LitTiny, MemoryLogger, loader
+from tests.helpers.tiny_net import hook_count
+from tests.helpers.lit_tiny import LitTiny, MemoryLogger, loader
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*treespec"),
               pytest.mark.filterwarnings("ignore:The number of training batches"),

@@ -17,7 +17,7 @@ from modelforge.hooks import (
     check_precision,
 )
 from modelforge.registry import HOOKS
-from tests.hooks.conftest import REQUIRED_OPTIONS, options_for
+from tests.helpers.tiny_net import REQUIRED_OPTIONS, options_for
 
 
 def test_builds_in_config_order_with_options_and_paths() -> None:

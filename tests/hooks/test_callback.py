@@ -9,14 +9,13 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.loggers import Logger
-from torch.utils.data import DataLoader, TensorDataset
 
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins
 from modelforge.registry import HOOKS
 from modelforge.train.hook_callback import HookPluginsCallback
-from tests.hooks.conftest import TinyNet, global_hook_count, hook_count, options_for
+from tests.helpers.lit_tiny import LitTiny, MemoryLogger, loader
+from tests.helpers.tiny_net import global_hook_count, hook_count, options_for
 
 CLIP = 0.01
 # Lightning's advice about tiny loaders and logging intervals is noise for these runs.
@@ -25,32 +24,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`"),
     pytest.mark.filterwarnings("ignore:The number of training batches"),
 ]
-
-
-class LitTiny(pl.LightningModule):
-    def __init__(self, fail: bool = False) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.model = TinyNet()
-        self.fail = fail
-
-    def _loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.model(x), y)
-
-    def training_step(self, batch, batch_idx):
-        if self.fail:
-            raise RuntimeError("boom")
-        return self._loss(batch) * 100  # large gradients, so clipping has work to do
-
-    def validation_step(self, batch, batch_idx):
-        self._loss(batch)
-
-    def test_step(self, batch, batch_idx):
-        self._loss(batch)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 class Probe(pl.Callback):
@@ -73,27 +46,6 @@ class Probe(pl.Callback):
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         self.hooks["test"] = hook_count(pl_module.model)
-
-
-class MemoryLogger(Logger):
-    def __init__(self) -> None:
-        super().__init__()
-        self.metrics: list[tuple[dict, int]] = []
-
-    name = "memory"
-    version = "0"
-
-    def log_hyperparams(self, params, *args, **kwargs) -> None:
-        pass
-
-    def log_metrics(self, metrics, step=None) -> None:
-        self.metrics.append((dict(metrics), step))
-
-
-def loader() -> DataLoader:
-    g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.randn(8, 1, 8, 8, generator=g), torch.randint(0, 10, (8,), generator=g)),
-                      batch_size=4)
 
 
 def trainer(callbacks: list[pl.Callback], **options) -> pl.Trainer:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from modelforge.hooks import build_hook_plugins
-from tests.hooks.conftest import forward_backward, hook_count
+from tests.helpers.tiny_net import forward_backward, hook_count
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's notes on graph breaks
 

@@ -9,8 +9,8 @@ import pytest
 
 from modelforge.errors import ConfigError
 from modelforge.train import evaluate, train
-from tests.data_helpers import write_mnist_idx
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import write_mnist_idx
+from tests.helpers.run_config import compose_train
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*treespec")
 

@@ -7,7 +7,7 @@ import torch
 
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins
-from tests.hooks.conftest import hook_count
+from tests.helpers.tiny_net import hook_count
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins
 from modelforge.train.hook_callback import HookPluginsCallback
-from tests.hooks.conftest import hook_count, module_hooks
-from tests.hooks.test_callback import LitTiny, loader
+from tests.helpers.tiny_net import hook_count, module_hooks
+from tests.helpers.lit_tiny import LitTiny, loader
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*treespec"),
               pytest.mark.filterwarnings("ignore:The number of training batches")]

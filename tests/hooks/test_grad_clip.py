@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from modelforge.hooks import build_hook_plugins
-from tests.hooks.conftest import forward_backward, module_hooks
+from tests.helpers.tiny_net import forward_backward, module_hooks
 
 VALUE = 0.05
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from modelforge.hooks import build_hook_plugins
-from tests.hooks.conftest import PARAM_LAYERS, forward_backward
+from tests.helpers.tiny_net import PARAM_LAYERS, forward_backward
 
 LOGGER = "modelforge.hooks.grad_monitor"
 

@@ -8,7 +8,7 @@ from torch import nn
 
 from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins
-from tests.hooks.conftest import hook_count
+from tests.helpers.tiny_net import hook_count
 
 
 class Recorder(nn.Module):

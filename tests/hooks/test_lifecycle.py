@@ -9,7 +9,7 @@ import torch
 
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.registry import HOOKS
-from tests.hooks.conftest import (
+from tests.helpers.tiny_net import (
     forward_backward,
     global_hook_count,
     hook_count,

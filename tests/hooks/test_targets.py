@@ -9,7 +9,7 @@ from modelforge.errors import ConfigError
 from modelforge.hooks import build_hook_plugins, select_targets
 from modelforge.hooks.targets import default_targets
 from modelforge.registry import HOOKS
-from tests.hooks.conftest import LEAF_SHAPES, PARAM_LAYERS, REQUIRED_OPTIONS, hook_count
+from tests.helpers.tiny_net import LEAF_SHAPES, PARAM_LAYERS, REQUIRED_OPTIONS, hook_count
 
 
 def names(model: nn.Module, patterns: list[str] | None, **kwargs: object) -> list[str]:

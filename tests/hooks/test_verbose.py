@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.hooks import build_hook_plugins
-from tests.hooks.conftest import LEAF_SHAPES, hook_count
+from tests.helpers.tiny_net import LEAF_SHAPES, hook_count
 
 LOGGER = "modelforge.hooks.verbose"
 

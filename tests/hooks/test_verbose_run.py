@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 
 from modelforge.hooks import build_hook_plugins
 from modelforge.train.hook_callback import HookPluginsCallback
-from tests.hooks.test_callback import LitTiny, loader
+from tests.helpers.lit_tiny import LitTiny, loader
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*treespec"),
               pytest.mark.filterwarnings("ignore:The number of training batches")]

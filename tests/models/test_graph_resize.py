@@ -81,7 +81,7 @@ def test_weights_whose_shape_follows_the_size_refuse_another_size_in_one_line() 
 # the zoo's swin_t, built at one size and run at others, against torchvision at those sizes
 
 def check_sizes(side: int, dim: int, sizes: list[tuple[int, int]], record: Callable[[str, Any], None]) -> None:
-    from tests.models.test_swin_parity import swin_t_pair  # skips without torchvision
+    from tests.helpers.swin import swin_t_pair  # skips without torchvision
 
     reference, ours = swin_t_pair(side, dim)
     reference.eval(), ours.eval()

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from modelforge import build_model
-from tests.models.seeds_cnn_classifier import CNNClassifier
+from tests.helpers.seeds_cnn_classifier import CNNClassifier
 
 
 def _copy_by_order(source: nn.Module, target: nn.Module) -> None:

@@ -10,14 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from modelforge import build_model
-from modelforge.config import conf_dir, load_yaml_file, to_plain
-
-
-def shipped_blocks(*files: str) -> dict[str, Any]:
-    blocks: dict[str, Any] = {}
-    for name in files:
-        blocks.update(to_plain(load_yaml_file(conf_dir() / "blocks" / f"{name}.yaml")))
-    return blocks
+from tests.helpers.shipped_blocks import shipped_blocks
 
 
 def one_block(block: str, args: dict[str, Any], files: tuple[str, ...], shape: tuple[int, ...], **extra: Any) -> nn.Module:

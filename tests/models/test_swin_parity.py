@@ -20,8 +20,9 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from modelforge import build_model
-from tests.models.test_shipped_blocks import shipped_blocks
-from tests.helpers.parity import torchvision_models
+from tests.helpers.shipped_blocks import shipped_blocks
+from tests.helpers.parity import import_torchvision_models, torchvision_models
+from tests.helpers.swin import PAIRS, swin_t_pair
 
 torchvision_models()
 from torchvision.models.swin_transformer import SwinTransformerBlock  # noqa: E402  (after the import fix)
@@ -29,8 +30,6 @@ from torchvision.models.swin_transformer import SwinTransformerBlock  # noqa: E4
 TOLERANCE = 1e-6
 CHANNELS, HEADS, WINDOW = 32, 4, 7
 # torchvision's name -> ours, within the block
-PAIRS = {"norm1": "norm1", "attn.qkv": "attn.qkv", "attn.proj": "attn.proj", "norm2": "norm2", "mlp.0": "fc1",
-         "mlp.3": "fc2"}
 
 
 @functools.cache
@@ -125,44 +124,6 @@ def test_the_block_runs_on_meta_and_fake_tensors() -> None:
 
 # --------------------------------------------------------------------------------------------
 # conf/model/swin_t.yaml: torchvision's swin_t, stage by stage
-
-STAGES = {"1": "stage1", "2": "merge1", "3": "stage2", "4": "merge2", "5": "stage3", "6": "merge3", "7": "stage4"}
-BLOCK_NAMES = {**PAIRS, "attn.relative_position_bias_table": "attn.table"}
-
-
-def our_key(key: str) -> str | None:
-    """torchvision's SwinTransformer state_dict key -> ours (None: its relative position index, a constant here)."""
-    if key.endswith("relative_position_index"):
-        return None
-    parts = key.split(".")
-    if parts[0] == "features" and parts[1] == "0":
-        return "nodes." + {"0": "patches", "2": "embed_norm"}[parts[2]] + "." + parts[3]
-    if parts[0] == "features" and STAGES[parts[1]].startswith("merge"):
-        return f"nodes.{STAGES[parts[1]]}.{'.'.join(parts[2:])}"
-    if parts[0] == "features":
-        inner, kind = ".".join(parts[3:-1]), parts[-1]
-        name = BLOCK_NAMES[inner] if inner in BLOCK_NAMES else BLOCK_NAMES[f"{inner}.{kind}"]
-        return f"nodes.{STAGES[parts[1]]}.{parts[2]}.{name}." + ("weight" if inner not in BLOCK_NAMES else kind)
-    return f"nodes.{key}"
-
-
-def swin_t_pair(side: int, dim: int) -> tuple[nn.Module, nn.Module]:
-    """torchvision's swin_t (embed_dim ``dim``: 96 is swin_t's) with random weights, and ours with them."""
-    from torchvision.models.swin_transformer import SwinTransformer
-
-    from modelforge import create_model
-
-    torch.manual_seed(0)
-    reference = SwinTransformer([4, 4], dim, [2, 2, 6, 2], [3, 6, 12, 24], [7, 7], stochastic_depth_prob=0.2)
-    ours = create_model("swin_t", ["in_channels=3", "n_classes=1000", f"input_size=[{side},{side}]",
-                                   f"params.dim={dim}"], seed=0)
-    with torch.no_grad():
-        for parameter in reference.parameters():
-            parameter.normal_(0.0, 0.1)
-    state = {our_key(k): v for k, v in reference.state_dict().items() if our_key(k) is not None}
-    ours.load_state_dict(state, strict=True)
-    return reference, ours
-
 
 def check_swin_t(side: int, dim: int, record_property: Callable[[str, Any], None]) -> None:
     reference, ours = swin_t_pair(side, dim)

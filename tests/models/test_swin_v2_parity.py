@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from modelforge import build_model
-from tests.models.test_shipped_blocks import shipped_blocks
-from tests.models.test_torchvision_parity import import_torchvision_models
+from tests.helpers.parity import import_torchvision_models
+from tests.helpers.shipped_blocks import shipped_blocks
 
 import_torchvision_models()
 from torchvision.models.swin_transformer import PatchMergingV2, SwinTransformerBlockV2  # noqa: E402

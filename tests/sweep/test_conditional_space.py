@@ -16,7 +16,7 @@ from modelforge.sweep.search_space import (
     sample,
     sampling_order,
 )
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 BLOCK, HIDDEN = "model.nodes.c3.block", "+model.nodes.c3.args.hidden"
 SPACE = [f"{BLOCK}=choice(c2f, yolo_bottleneck)", f"{HIDDEN}=choice(32, 64)", "model.nodes.c3.repeat=range(1,4)"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 
 @pytest.mark.e2e

@@ -16,7 +16,7 @@ import pytest
 
 from modelforge.sweep.study import open_storage
 from tests.conftest import child_env
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 GRACE_S = 4  # heartbeats every second; a trial silent for 4 s is failed
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 QUICK = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
          "trainer.limit_test_batches=1"]

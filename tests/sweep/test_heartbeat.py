@@ -20,7 +20,7 @@ from modelforge.config import conf_dir
 from modelforge.sweep.callback import OPTUNA_SWEEPER, check_sweep_dir
 from modelforge.sweep.heartbeat import HEARTBEAT_ATTR, Heartbeat, ask, beating, fail_stale_trials, heartbeat_of
 from modelforge.sweep.study import open_storage, search_settings
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 
 @pytest.mark.parametrize(("setting", "message"), [

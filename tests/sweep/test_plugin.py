@@ -27,6 +27,7 @@ def test_hydra_scan_finds_the_sweeper_and_its_config() -> None:
     assert "modelforge_optuna.yaml" in ConfigStore.instance().list("hydra/sweeper")
 
 
+@pytest.mark.e2e
 def test_the_plugin_imports_neither_optuna_nor_torch() -> None:
     code = (f"import sys, {PLUGIN}.config, {PLUGIN}.sweeper, json; "
             "print(json.dumps(sorted(m for m in ('optuna', 'torch', 'modelforge', 'sqlalchemy') if m in sys.modules)))")

@@ -11,7 +11,7 @@ import torch
 
 from modelforge.sweep.pruning import TrialPruning
 from modelforge.train.run import callback_records
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 
 def fake_trainer(value: float, epoch: int, world_size: int = 1, decision: bool | None = None) -> SimpleNamespace:

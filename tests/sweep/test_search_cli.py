@@ -10,7 +10,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 SEARCH = ("hparams_search=optuna", "trainer.fast_dev_run=true")
 

@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from tests.conftest import child_env
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 N_TRIALS = 3
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.sweep.conftest import read_summary
+from tests.helpers.sweep_summary import read_summary
 
 
 def test_two_value_sweep_gives_two_rows(sweep_here, tmp_path: Path) -> None:

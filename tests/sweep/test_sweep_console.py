@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.console_checks import console_problems
-from tests.sweep.conftest import read_summary
+from tests.helpers.console import console_problems
+from tests.helpers.sweep_summary import read_summary
 
 
 @pytest.mark.e2e

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep.conftest import read_summary
-from tests.train.signal_helpers import signal_and_wait, start_train, wait_for
+from tests.helpers.sweep_summary import read_summary
+from tests.helpers.signals import signal_and_wait, start_train, wait_for
 
 
 def _snapshot(folder: Path) -> dict[str, str]:

@@ -17,7 +17,8 @@ import torch
 from modelforge.files.atomic import DiskFullError, write_json, write_text, write_with
 from modelforge.train.checkpoints import AtomicCheckpointIO
 from modelforge.train.records import write_metrics
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.run_config import tiny_cli_args
+from tests.helpers.tmpfs import mount_tmpfs
 
 
 def _no_space(handle) -> None:
@@ -118,19 +119,11 @@ def test_sigkill_mid_save_never_destroys_the_previous_checkpoint(tmp_path: Path)
             p.name for p in path.parent.glob(".last.ckpt.*.tmp")}
 
 
-def _mount_tmpfs(folder: Path, size: str) -> None:
-    folder.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {result.stderr.strip()}")
-
-
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="mounting a tmpfs needs root on Linux")
 def test_a_full_disk_fails_with_one_message_and_keeps_the_last_good_checkpoint(run_main, tiny_mnist: Path,
                                                                               tmp_path: Path) -> None:
     disk = tmp_path / f"disk_{uuid.uuid4().hex[:6]}"
-    _mount_tmpfs(disk, "1500k")  # two ~620 KB checkpoints fit, a third does not
+    mount_tmpfs(disk, "1500k")  # two ~620 KB checkpoints fit, a third does not
     try:
         run = disk / "run"
         result = run_main("train", "model=mlp", "model.hidden_sizes=[64]", "trainer.max_epochs=3",

@@ -23,7 +23,7 @@ from modelforge.registry import CALLBACKS
 from modelforge.train import train
 from modelforge.train.callbacks import build_callbacks, build_loggers
 from modelforge.train.trainer import check_trainer_options
-from tests.train.conftest import compose_train
+from tests.helpers.run_config import compose_train
 
 
 def chosen(group: str, *overrides: str) -> dict:

@@ -16,7 +16,7 @@ import yaml
 from torch import nn
 
 from modelforge.train.captured_step import CapturedStep, StepSpec
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.run_config import tiny_cli_args
 
 
 def _pair(optimizer_cls: type, norm: bool = True, **options: float) -> tuple[nn.Module, nn.Module, list, list]:
@@ -183,7 +183,7 @@ def test_the_step_body_through_lightning_trains_as_the_eager_run(tiny_mnist: Pat
     body steps the optimizer and clips, the epoch's loss and accuracy come from the device-side sums, and the
     schedule's lr reaches the body each step. Same weights and figures as Lightning's own eager step."""
     from modelforge.train import module, train
-    from tests.train.conftest import compose_train
+    from tests.helpers.run_config import compose_train
 
     common = ("model=mlp", "model.hidden_sizes=[32]", "model.dropout=0.0", "trainer.max_epochs=2", "optim=adamw",
               "sched.cycle_momentum=false", f"trainer.gradient_clip_algorithm={clip[0]}",
@@ -252,7 +252,7 @@ def test_the_optimizer_step_count_is_the_global_step_after_a_save_and_a_resume(t
     import pytorch_lightning as pl
 
     from modelforge.train import module, train
-    from tests.train.conftest import compose_train
+    from tests.helpers.run_config import compose_train
 
     class KeepSaved(pl.Callback):
         """The checkpoint dicts as Lightning saved them, with the step each was saved at."""

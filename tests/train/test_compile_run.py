@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REAL_MNIST
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.run_config import tiny_cli_args
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's notes
 
@@ -68,6 +68,7 @@ def test_the_cudagraphs_backend_on_a_cpu_is_refused_in_one_error(run_main, tiny_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.e2e
 def test_compile_without_a_cpp_compiler_is_refused_before_the_run(tiny_mnist: Path, tmp_path: Path) -> None:
     """A real process whose PATH holds no compiler (and no CXX): one error naming what is missing and the way out,
     exit 2, before any work (inductor failed with InvalidCxxCompiler at the first training step)."""

@@ -18,8 +18,8 @@ from modelforge.errors import Interrupted
 from modelforge.report.progress import LineProgress, progress_bar
 from modelforge.train import train
 from modelforge.train.module import ClassifierModule
-from tests.data_helpers import write_mnist_idx
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import write_mnist_idx
+from tests.helpers.run_config import compose_train
 
 NOISE = ("Tip", "litlogger", "deprecated", "Total FLOPs: 0", "GPU available")
 PROGRESS = re.compile(r"epoch 1/1  step (\d+)/28  loss [0-9.]+  [0-9.]+ it/s \([0-9,]+ samples/s\)  eta \d+:\d\d")
@@ -203,7 +203,7 @@ def test_resume_with_another_lr_replans_the_schedule_at_that_lr(tiny_mnist: Path
 def test_a_progress_line_comes_at_least_every_every_s_seconds(every_s: float, step_lines: int,
                                                               caplog: pytest.LogCaptureFixture) -> None:
 
-    from tests.hooks.test_callback import LitTiny, loader
+    from tests.helpers.lit_tiny import LitTiny, loader
 
     # 2 batches an epoch, 1 line per epoch by steps (at the last batch, where the epoch line
     # takes over): only the time trigger can print the line after step 1.

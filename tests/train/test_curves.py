@@ -16,8 +16,8 @@ import pytest
 
 from modelforge.report.learning_curves import CURVES_FILE, read_metrics_csv, write_learning_curves
 from modelforge.train import evaluate, train
-from tests.train.conftest import compose_train, tiny_cli_args
-from tests.train.test_atomic_writes import _mount_tmpfs
+from tests.helpers.run_config import compose_train, tiny_cli_args
+from tests.helpers.tmpfs import mount_tmpfs
 
 PNG = b"\x89PNG\r\n\x1a\n"
 MLP = ("model=mlp", "model.hidden_sizes=[16]")
@@ -79,7 +79,7 @@ def test_fast_dev_run_says_it_turned_the_loggers_off(tiny_mnist: Path, tmp_path:
 def test_curves_that_do_not_fit_on_the_disk_are_a_warning_and_leave_no_file(two_epochs: Path, tmp_path: Path,
                                                                             caplog: pytest.LogCaptureFixture) -> None:
     disk = tmp_path / f"disk_{uuid.uuid4().hex[:6]}"
-    _mount_tmpfs(disk, "16k")  # the metrics.csv fits, a picture does not
+    mount_tmpfs(disk, "16k")  # the metrics.csv fits, a picture does not
     try:
         (disk / "logs").mkdir()
         csv_text = (two_epochs / "logs" / "metrics.csv").read_text()

@@ -15,8 +15,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from modelforge.errors import ConfigError
 from modelforge.registry import DATAMODULES
 from modelforge.train import train
-from tests.data_helpers import write_idx_set
-from tests.train.conftest import compose_train
+from tests.helpers.mnist_idx import write_idx_set
+from tests.helpers.run_config import compose_train
 
 
 class ColourBlobs(pl.LightningDataModule):

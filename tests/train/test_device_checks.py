@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.run_config import tiny_cli_args
 
 
 def test_devices_minus_one_on_a_cpu_is_one_error_naming_the_key_and_what_is_allowed(run_main, tiny_mnist: Path,

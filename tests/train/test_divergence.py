@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from modelforge.errors import Diverged
 from modelforge.train import train
 from modelforge.train.stopping import DivergenceGuard
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.helpers.run_config import compose_train, tiny_cli_args
 
 # _NanAtStep validates only in the tests that give it validation data.
 pytestmark = pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`")

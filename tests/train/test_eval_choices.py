@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from modelforge.train import train
-from tests.data_helpers import write_idx_set
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.helpers.mnist_idx import write_idx_set
+from tests.helpers.run_config import compose_train, tiny_cli_args
 
 MLP = ("model=mlp", "model.hidden_sizes=[16]")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.run_config import tiny_cli_args
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import pytest
 
 from modelforge.train import train
 from tests.conftest import REPO
-from tests.console_checks import console_problems, glued_log_records, run_in_terminal
-from tests.data_helpers import write_mnist_idx
-from tests.train.conftest import compose_train
+from tests.helpers.console import console_problems, glued_log_records, run_in_terminal
+from tests.helpers.mnist_idx import write_mnist_idx
+from tests.helpers.run_config import compose_train
 
 
 @pytest.fixture(scope="module")

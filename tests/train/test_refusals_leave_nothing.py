@@ -12,14 +12,13 @@ import pytest
 
 from modelforge.deploy.export import export
 from tests.conftest import child_env
-from tests.data_helpers import write_idx_set
-from tests.deploy.conftest import train_small_cnn
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.mnist_idx import write_idx_set
+from tests.helpers.run_config import tiny_cli_args
 
 
-@pytest.fixture(scope="module")
-def small_run(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_small_cnn(tiny_mnist, tmp_path_factory.mktemp("small") / "run")
+@pytest.fixture(scope="session")
+def small_run(small_cnn_run: Path) -> Path:
+    return small_cnn_run
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 
 from modelforge.errors import ResourceError
 from modelforge.train import train
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.helpers.run_config import compose_train, tiny_cli_args
 
 
 def test_a_model_over_max_params_is_refused_before_it_is_allocated(run_main, tiny_mnist: Path, tmp_path: Path) -> None:

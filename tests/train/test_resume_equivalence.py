@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import DictConfig
-from pytorch_lightning.callbacks import Callback
 
-from modelforge.errors import ConfigError, Terminated
+from modelforge.errors import ConfigError
 from modelforge.report.progress import LineProgress
 from modelforge.train import train
-from tests.train.conftest import compose_train
+from tests.helpers.resume import last_checkpoint as _last
+from tests.helpers.resume import stopped_by_sigterm_at as _stopped_by_sigterm_at
+from tests.helpers.run_config import compose_train
 
 SAME = ("seed=3", "trainer.deterministic=true", "model=cnn", "enc_sizes=[4]", "dec_sizes=[16]", "model.dropout=0.2")
 COMPARED = ("val/acc", "val/loss", "test/acc", "test/loss", "global_step", "epochs")
-
-
-def _last(run: Path) -> dict:
-    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
 
 
 def assert_same_run(a: Path, b: Path) -> None:
@@ -47,29 +41,6 @@ def test_one_epoch_then_resume_equals_two_epochs_in_one_go(sched: tuple[str, ...
     ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
     train(compose_train(tiny_mnist, *args, "trainer.max_epochs=2", f"ckpt_path={ckpt}"), run_dir=tmp_path / "resumed")
     assert_same_run(tmp_path / "one_go", tmp_path / "resumed")
-
-
-class _SigtermAtStep(Callback):
-    """Sends this process a real SIGTERM after training step ``step`` (mid-epoch)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _stopped_by_sigterm_at(step: int, cfg: DictConfig, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Train ``cfg`` until a real SIGTERM at ``step`` stops it; the checkpoint it left to resume from."""
-    from modelforge.train import trainer as trainer_module
-
-    callbacks = trainer_module._callbacks
-    monkeypatch.setattr(trainer_module, "_callbacks", lambda *a, **k: [*callbacks(*a, **k), _SigtermAtStep(step)])
-    with pytest.raises(Terminated):
-        train(cfg, run_dir=run_dir)
-    monkeypatch.undo()
-    return run_dir / "checkpoints" / "interrupted.ckpt"
 
 
 @pytest.mark.parametrize("sched", ["onecycle", "none"])

@@ -20,7 +20,7 @@ from modelforge.train import train
 from modelforge.train.context import RunContext
 from modelforge.train.records import CLAIM_FILE, claim_run_dir
 from tests.conftest import REPO
-from tests.train.conftest import TINY, compose_train
+from tests.helpers.run_config import TINY, compose_train
 
 # Imports what a run needs, says so in a file, waits for the start file, then is `python -m modelforge`:
 # two such processes leave the starting line within a millisecond of each other.

@@ -24,9 +24,9 @@ from modelforge.report.confusion_matrix import write_confusion_matrix
 from modelforge.train import train
 from modelforge.train.records import write_metrics
 from tests.conftest import child_env
-from tests.data_helpers import write_mnist_idx
-from tests.train.conftest import compose_train, tiny_cli_args
-from tests.train.test_atomic_writes import _mount_tmpfs
+from tests.helpers.mnist_idx import write_mnist_idx
+from tests.helpers.run_config import compose_train, tiny_cli_args
+from tests.helpers.tmpfs import mount_tmpfs
 
 needs_root = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0,
                                 reason="mounting needs root on Linux (and root ignores chmod)")
@@ -125,7 +125,7 @@ def test_eval_into_a_directory_turned_read_only_is_one_line_after_its_figures(tr
 def test_a_confusion_matrix_that_does_not_fit_says_how_much_it_needs_and_how_much_is_free(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     disk = tmp_path / f"disk_{uuid.uuid4().hex[:6]}"
-    _mount_tmpfs(disk, "8k")
+    mount_tmpfs(disk, "8k")
     try:
         counts = torch.arange(100).view(10, 10)
         with caplog.at_level(logging.WARNING):

@@ -14,7 +14,7 @@ from modelforge.config import conf_dir
 from modelforge.errors import ConfigError
 from modelforge.train import train
 from modelforge.train.records import check_run_dir
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.helpers.run_config import compose_train, tiny_cli_args
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:

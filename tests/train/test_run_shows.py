@@ -18,7 +18,7 @@ from modelforge.report.progress import LineProgress
 from modelforge.train import train
 from modelforge.train.launch import global_rank
 from modelforge.train.run_config import validate_run_config
-from tests.train.conftest import compose_train
+from tests.helpers.run_config import compose_train
 
 SMALL = ("model=cnn", "enc_sizes=[8,16]", "dec_sizes=[32]")
 
@@ -99,7 +99,7 @@ def test_a_short_epoch_is_not_a_line_per_step(caplog: pytest.LogCaptureFixture) 
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from tests.hooks.test_callback import LitTiny
+    from tests.helpers.lit_tiny import LitTiny
 
     data = TensorDataset(torch.randn(20, 1, 8, 8), torch.randint(0, 10, (20,)))
     trainer = pl.Trainer(callbacks=[LineProgress()], max_epochs=1, accelerator="cpu", logger=False,

@@ -11,7 +11,7 @@ import pytest
 
 from modelforge.errors import ConfigError
 from modelforge.train.records import CLAIM_FILE, check_run_dir, claim_run_dir
-from tests.train.conftest import TINY
+from tests.helpers.run_config import TINY
 
 QUICK = ("model=mlp", "model.hidden_sizes=[8]", "trainer.max_epochs=1", "trainer.limit_train_batches=2", "sched=none")
 

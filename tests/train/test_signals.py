@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.train.conftest import tiny_cli_args
-from tests.train.signal_helpers import signal_and_wait, start_train, wait_for
+from tests.helpers.run_config import tiny_cli_args
+from tests.helpers.signals import signal_and_wait, start_train, wait_for
 
 # Runs until signalled: a tiny model on tiny data, epochs without end.
 ENDLESS = ("model=mlp", "model.hidden_sizes=[16]", "trainer.max_epochs=100000", "sched=none")
@@ -84,7 +84,7 @@ def test_sigterm_before_training_starts_still_says_terminated(tiny_mnist: Path, 
     from modelforge.data import MNISTDataModule
     from modelforge.errors import Terminated
     from modelforge.train import train
-    from tests.train.conftest import compose_train
+    from tests.helpers.run_config import compose_train
 
     prepare = MNISTDataModule.prepare_data
 

@@ -24,8 +24,8 @@ from modelforge.errors import ConfigError
 from modelforge.train import launch
 from modelforge.train.trainer import check_trainer_options
 from tests.conftest import REPO
-from tests.train.conftest import compose_train, tiny_cli_args
-from tests.train.signal_helpers import wait_for
+from tests.helpers.run_config import compose_train, tiny_cli_args
+from tests.helpers.signals import wait_for
 
 DDP = ("trainer=ddp_cpu", "model=mlp", "model.hidden_sizes=[16]", "sched=none", "trainer.limit_val_batches=1",
        "trainer.limit_test_batches=1")

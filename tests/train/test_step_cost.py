@@ -12,7 +12,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from modelforge.train.checkpoints import EpochCheckpoint, RunCheckpoints
 from modelforge.train.run import _prepare
 from modelforge.train.run_config import validate_run_config
-from tests.train.conftest import compose_train
+from tests.helpers.run_config import compose_train
 
 
 def test_a_default_run_has_few_callbacks(tiny_mnist: Path, tmp_path: Path) -> None:

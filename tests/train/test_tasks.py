@@ -147,7 +147,7 @@ def test_bad_table_rows_are_refused_naming_the_file(tmp_path: Path, row: str, me
 
 def test_a_segmentation_resumed_mid_epoch_equals_never_stopping(tiny_mnist: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.train.test_resume_equivalence import _last, _stopped_by_sigterm_at
+    from tests.helpers.resume import last_checkpoint as _last, stopped_by_sigterm_at as _stopped_by_sigterm_at
 
     args = ("task=segment", "model=unet", "enc_sizes=[4,8]", *SMALL, "trainer.max_epochs=2", "seed=3",
             "trainer.deterministic=true")  # 64 training samples, 16 a batch: 4 steps an epoch

@@ -12,7 +12,7 @@ import pytest
 from modelforge.report import timings
 from modelforge.report.timings import EXEC_AT_VAR, Phases, process_age_s
 from tests.conftest import run_cli
-from tests.train.conftest import tiny_cli_args
+from tests.helpers.run_config import tiny_cli_args
 
 
 def test_the_first_run_of_a_process_counts_from_its_start_a_later_one_from_the_last_run_s_end(

@@ -25,8 +25,8 @@ from modelforge.train import launch
 from modelforge.train.records import claim_run_dir
 from modelforge.train.trainer import check_trainer_options
 from tests.conftest import REPO, child_env
-from tests.train.conftest import compose_train, tiny_cli_args
-from tests.train.signal_helpers import wait_for
+from tests.helpers.run_config import compose_train, tiny_cli_args
+from tests.helpers.signals import wait_for
 
 # Two ranks of 2 batches each per epoch (128 training images, batches of 32).
 DDP = ("trainer=ddp_cpu", "model=mlp", "model.hidden_sizes=[16]", "sched=none", "trainer.limit_val_batches=1",

@@ -13,7 +13,8 @@ import torch
 
 from modelforge import CheckpointError, ConfigError, DataError
 from modelforge.train import train
-from tests.train.conftest import compose_train, tiny_cli_args
+from modelforge.train.run_config import validate_run_config
+from tests.helpers.run_config import compose_train, tiny_cli_args
 
 
 def _setup_failure(run_dir: Path) -> dict:
@@ -75,30 +76,55 @@ def test_wrong_checksum_with_verification_on(tiny_mnist: Path, tmp_path: Path) -
         train(compose_train(tiny_mnist, "trainer.fast_dev_run=true", "data.verify=true"), run_dir=tmp_path)
 
 
+# Refused by the run's pre-flight check (validate_run_config), which train() runs before any work: the kind of
+# error, the key it names and what it suggests. The wording of each message is pinned once, where it is made.
 @pytest.mark.parametrize(
-    ("overrides", "error", "match"),
+    ("overrides", "path", "suggestion"),
     [
-        (["optim.lr=-0.1"], ConfigError, r"optim.lr: must be positive, got -0.1"),
-        (["optim._target_=torch.optim.Adamm"], ConfigError, r"(?s)optim._target_: cannot import.*did you mean 'torch.optim.Adam'"),
-        (["sched._target_=modelforge.train.optim.cosin"], ConfigError, r"(?s)sched._target_: .*did you mean 'modelforge.train.optim.cosine'"),
-        (["+optim.momentum=0.9"], ConfigError, r"optim.momentum: optim Adam has no option 'momentum'"),
-        (["+trainer.max_epoch=3"], ConfigError, r"(?s)trainer.max_epoch: pl.Trainer takes no argument.*did you mean 'max_epochs'"),
-        (["ckpt_path=/nonexistent/last.ckpt"], CheckpointError, r"ckpt_path: no checkpoint file at /nonexistent/last.ckpt"),
-        (["+data.batchsize=3"], ConfigError, r"(?s)data.batchsize: data module 'mnist' takes no option.*did you mean 'batch_size'"),
-        (["trainer.strategy=dpp"], ConfigError, r"(?s)trainer.strategy: unknown strategy 'dpp'.*did you mean 'ddp'"),
-        (["trainer.accelerator=cpus"], ConfigError, r"(?s)trainer.accelerator: unknown accelerator 'cpus'.*did you mean 'cpu'"),
-        (["trainer.accelerator=cpu", "trainer.devices=0"], ConfigError,
-         r"trainer.devices: 0 refused by Lightning: `Trainer\(devices=0\)` value is not a valid input using cpu "
-         r"accelerator"),
-        pytest.param(["trainer=ddp", "trainer.accelerator=gpu"], ConfigError, r"trainer.accelerator: 'gpu' asked for, but this machine has no CUDA GPU",
+        (["optim.lr=-0.1"], "optim.lr", None),
+        (["optim._target_=torch.optim.Adamm"], "optim._target_", "torch.optim.Adam"),
+        (["sched._target_=modelforge.train.optim.cosin"], "sched._target_", "modelforge.train.optim.cosine"),
+        (["+optim.momentum=0.9"], "optim.momentum", None),
+        (["+trainer.max_epoch=3"], "trainer.max_epoch", "max_epochs"),
+        (["+data.batchsize=3"], "data.batchsize", "batch_size"),
+        (["trainer.strategy=dpp"], "trainer.strategy", "ddp"),
+        (["trainer.accelerator=cpus"], "trainer.accelerator", "cpu"),
+        (["trainer.accelerator=cpu", "trainer.devices=0"], "trainer.devices", None),
+        pytest.param(["trainer=ddp", "trainer.accelerator=gpu"], "trainer.accelerator", None,
                      marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
     ],
 )
-def test_bad_input_fails_before_training(tiny_mnist: Path, tmp_path: Path, overrides: list[str], error: type,
-                                         match: str) -> None:
-    with pytest.raises(error, match=match):
-        train(compose_train(tiny_mnist, *overrides), run_dir=tmp_path)
-    assert re.search(match, _setup_failure(tmp_path)["error"])  # metrics.json says why
+def test_bad_input_is_refused_by_the_pre_flight_check(tiny_mnist: Path, overrides: list[str], path: str,
+                                                       suggestion: str | None) -> None:
+    with pytest.raises(ConfigError) as refused:
+        validate_run_config(compose_train(tiny_mnist, *overrides))
+    assert refused.value.path == path
+    assert refused.value.suggestions == ([suggestion] if suggestion else [])
+
+
+def test_a_missing_checkpoint_is_refused_by_the_pre_flight_check(tiny_mnist: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"^ckpt_path: no checkpoint file at /nonexistent/last.ckpt$"):
+        validate_run_config(compose_train(tiny_mnist, "ckpt_path=/nonexistent/last.ckpt"))
+
+
+def test_a_refused_train_says_why_in_metrics_json_and_trains_nothing(tiny_mnist: Path, tmp_path: Path) -> None:
+    # The wording of the messages the table above refuses, as train() raises them and records them.
+    for overrides, match in [
+        (["optim.lr=-0.1"], r"optim.lr: must be positive, got -0.1"),
+        (["optim._target_=torch.optim.Adamm"], r"(?s)optim._target_: cannot import.*did you mean 'torch.optim.Adam'"),
+        (["+optim.momentum=0.9"], r"optim.momentum: optim Adam has no option 'momentum'"),
+        (["+trainer.max_epoch=3"], r"(?s)trainer.max_epoch: pl.Trainer takes no argument.*did you mean 'max_epochs'"),
+        (["+data.batchsize=3"], r"(?s)data.batchsize: data module 'mnist' takes no option.*did you mean 'batch_size'"),
+        (["trainer.strategy=dpp"], r"(?s)trainer.strategy: unknown strategy 'dpp'.*did you mean 'ddp'"),
+        (["trainer.accelerator=cpu", "trainer.devices=0"],
+         r"trainer.devices: 0 refused by Lightning: `Trainer\(devices=0\)` value is not a valid input using cpu "
+         r"accelerator"),
+    ]:
+        run_dir = tmp_path / overrides[-1].replace("/", "_")
+        run_dir.mkdir()  # a folder made for the run (as Hydra makes it): metrics.json is written there
+        with pytest.raises(ConfigError, match=match):
+            train(compose_train(tiny_mnist, *overrides), run_dir=run_dir)
+        assert re.search(match, _setup_failure(run_dir)["error"])  # metrics.json says why
 
 
 def test_checkpoint_of_a_different_model(earlier_run: Path, tiny_mnist: Path, tmp_path: Path) -> None:

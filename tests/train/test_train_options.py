@@ -11,7 +11,7 @@ import torch
 
 from modelforge.train import train
 from modelforge.train.trainer import default_precision
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.helpers.run_config import compose_train, tiny_cli_args
 
 
 def test_tensorboard_logger_writes_event_files(tiny_mnist: Path, tmp_path: Path) -> None:

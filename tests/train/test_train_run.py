@@ -11,7 +11,7 @@ import torch
 
 from modelforge.errors import ConfigError, Interrupted
 from modelforge.train import evaluate, train
-from tests.train.conftest import compose_train
+from tests.helpers.run_config import compose_train
 
 
 @pytest.fixture(scope="module")

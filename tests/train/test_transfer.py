@@ -15,7 +15,7 @@ from modelforge.deploy.load import resolve_checkpoint
 from modelforge.train import evaluate, train
 from modelforge.train.run_config import validate_run_config
 from modelforge.train.transfer import apply_transfer, freeze
-from tests.train.conftest import compose_train, tiny_cli_args
+from tests.helpers.run_config import compose_train, tiny_cli_args
 
 SMALL = ("model=cnn", "enc_sizes=[8,16]", "dec_sizes=[32]")  # BatchNorm after each conv (the cnn's default)
 ENCODER = "model.encoder."

@@ -11,7 +11,9 @@ import torch
 
 from modelforge import CheckpointError, create_model
 from modelforge.train.transfer import apply_transfer
-from tests.models.test_torchvision_parity import randomize, tv_models
+from tests.helpers.parity import randomize, torchvision_models
+
+tv_models = torchvision_models()
 
 SWIN = ["in_channels=3", "n_classes=1000", "input_size=[72,72]", "params.dim=24"]  # swin_t at a quarter width
 

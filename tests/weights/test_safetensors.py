@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from modelforge import CheckpointError, build_model, load_model
 from modelforge.train.transfer import apply_transfer
 from modelforge.weights import save_safetensors
-from tests.weights.test_pairing import Ours, ScaleFirst
+from tests.helpers.pairing_models import Ours, ScaleFirst
 
 CNN = {"name": "cnn", "enc_sizes": [8]}
 
