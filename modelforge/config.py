@@ -30,6 +30,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from modelforge.conf_folder import PACKAGE_DIR, conf_dir, config_groups  # noqa: F401  (re-exported)
 from modelforge.errors import ConfigError, closest_names
 from modelforge.files.yaml_files import (  # noqa: F401  (re-exported)
     bound_yaml_file,
@@ -436,24 +437,6 @@ def resolve_target(target: Any, path: str, module: str, registered: Iterable[Any
     if kind is not None and not (isinstance(obj, type) and issubclass(obj, kind)):
         raise ConfigError(f"{path}._target_", f"{target} is not a subclass of {public_name(kind, module)}")
     return obj
-
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def conf_dir() -> Path:
-    """The ``conf/`` directory: shipped as ``modelforge/conf`` in a wheel, top-level in a checkout."""
-    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
-        if (candidate / "train.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(f"modelforge's conf/ directory was not found next to {PACKAGE_DIR}; reinstall the package")
-
-
-def config_groups() -> dict[str, list[str]]:
-    """modelforge's config groups (folders of conf/) and their options. ``conf/hydra/`` is left out:
-    it only adds options to Hydra's own groups (``hydra/launcher``, ...), which Hydra also lists."""
-    return {group.name: sorted(p.stem for p in group.glob("*.yaml")) for group in sorted(conf_dir().iterdir())
-            if group.is_dir() and not group.name.startswith(("_", ".")) and group.name != "hydra"}
 
 
 def user_cache_dir() -> Path | None:
