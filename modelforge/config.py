@@ -38,6 +38,7 @@ from modelforge.files.yaml_files import (  # noqa: F401  (re-exported)
     load_yaml_file,
     yaml_file_error,
 )
+from modelforge.registry import load_builtins
 
 S = TypeVar("S")
 
@@ -447,3 +448,8 @@ def user_cache_dir() -> Path | None:
         return Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
     except RuntimeError:
         return None
+
+
+# Whoever imports this module may compose conf/ with Hydra, which reads the defaults the built-ins store in its
+# ConfigStore (model_defaults/, data_defaults/, hook_defaults/): registered here, as `import modelforge` once did.
+load_builtins()
