@@ -65,6 +65,8 @@ class Registry(Generic[T]):
         """
         if not callable(obj):
             raise TypeError(f"registry {self.name!r} holds classes or factories, got {obj!r}")
+        if force:  # the built-ins first, as ever: a name forced over one of them stays forced (none of them forces)
+            load_builtins()
         if name in self._entries and not force:
             raise ModelforgeError(
                 f"{self.name} registry: name {name!r} is already registered to "
