@@ -42,7 +42,7 @@ def missing_extra(command: str) -> str | None:
 
 
 def usage() -> str:
-    from modelforge.config import config_groups
+    from modelforge.conf_folder import config_groups  # the standard library alone: no torch, no Hydra
 
     lines = [
         "usage: python -m modelforge <command> [key=value ...] [Hydra flags: --help, --cfg job, -m]",
@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if needed:
         print(f"error: {needed}", file=sys.stderr)
         return 2
+    from modelforge.registry import load_builtins
+
+    load_builtins()  # every built-in name, and their defaults in Hydra's ConfigStore, before any composition
     from modelforge.cli.commands import TASKS, list_names
     from modelforge.errors import ModelforgeError
     from modelforge.train import launch  # Lightning-free

@@ -30,6 +30,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from modelforge.conf_folder import PACKAGE_DIR, conf_dir, config_groups  # noqa: F401  (re-exported)
 from modelforge.errors import ConfigError, closest_names
 from modelforge.files.yaml_files import (  # noqa: F401  (re-exported)
     bound_yaml_file,
@@ -37,6 +38,7 @@ from modelforge.files.yaml_files import (  # noqa: F401  (re-exported)
     load_yaml_file,
     yaml_file_error,
 )
+from modelforge.registry import load_builtins
 
 S = TypeVar("S")
 
@@ -438,24 +440,6 @@ def resolve_target(target: Any, path: str, module: str, registered: Iterable[Any
     return obj
 
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def conf_dir() -> Path:
-    """The ``conf/`` directory: shipped as ``modelforge/conf`` in a wheel, top-level in a checkout."""
-    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
-        if (candidate / "train.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(f"modelforge's conf/ directory was not found next to {PACKAGE_DIR}; reinstall the package")
-
-
-def config_groups() -> dict[str, list[str]]:
-    """modelforge's config groups (folders of conf/) and their options. ``conf/hydra/`` is left out:
-    it only adds options to Hydra's own groups (``hydra/launcher``, ...), which Hydra also lists."""
-    return {group.name: sorted(p.stem for p in group.glob("*.yaml")) for group in sorted(conf_dir().iterdir())
-            if group.is_dir() and not group.name.startswith(("_", ".")) and group.name != "hydra"}
-
-
 def user_cache_dir() -> Path | None:
     """``$XDG_CACHE_HOME`` when absolute (the XDG spec says to ignore a relative one), else ``~/.cache``;
     None when no home folder is known (no $HOME and no passwd entry, e.g. ``docker run --user 1234``)."""
@@ -464,3 +448,8 @@ def user_cache_dir() -> Path | None:
         return Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
     except RuntimeError:
         return None
+
+
+# Whoever imports this module may compose conf/ with Hydra, which reads the defaults the built-ins store in its
+# ConfigStore (model_defaults/, data_defaults/, hook_defaults/): registered here, as `import modelforge` once did.
+load_builtins()

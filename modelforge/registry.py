@@ -1,8 +1,8 @@
 """Named registries: a dict of classes or factories plus a decorator to fill it.
 
-Built-in names are registered by explicit imports in ``modelforge/__init__.py``;
-other packages add names through the ``modelforge.plugins`` entry point group,
-loaded the first time any registry is asked for a name it does not hold.
+Built-in names are registered by the explicit imports of :func:`load_builtins`, done the first time a
+registry is listed or asked for a name it does not hold (or a public name of ``modelforge`` is used);
+other packages add names through the ``modelforge.plugins`` entry point group, loaded likewise.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ class Registry(Generic[T]):
         """
         if not callable(obj):
             raise TypeError(f"registry {self.name!r} holds classes or factories, got {obj!r}")
+        if force:  # the built-ins first, as ever: a name forced over one of them stays forced (none of them forces)
+            load_builtins()
         if name in self._entries and not force:
             raise ModelforgeError(
                 f"{self.name} registry: name {name!r} is already registered to "
@@ -96,6 +98,7 @@ class Registry(Generic[T]):
         if callable(key) and not isinstance(key, str):
             return key
         if key not in self._entries:
+            load_builtins()
             load_plugins()
         if key not in self._entries:
             raise UnknownNameError(self.name.rstrip("s"), key, self._entries, path=path)
@@ -105,6 +108,8 @@ class Registry(Generic[T]):
         return entry
 
     def describe(self, name: str) -> str:
+        if name not in self._descriptions:
+            load_builtins()
         return self._descriptions[name]
 
     def schema(self, name: str) -> type | None:
@@ -116,6 +121,7 @@ class Registry(Generic[T]):
         ``modelforge.plugins`` entry points registered (the built-ins and names registered by import),
         and so loads no plugin: safe while ``modelforge`` itself is still being imported."""
         if plugins:
+            load_builtins()
             load_plugins()
         return sorted(
             n for n in self._entries
@@ -127,12 +133,15 @@ class Registry(Generic[T]):
         return self._plugin_of.get(name)
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._entries:
+            load_builtins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
+        load_builtins()
         return len(self._entries)
 
     def __repr__(self) -> str:
@@ -180,6 +189,26 @@ REGISTRIES: dict[str, Registry] = {
 
 _plugins_loaded = False
 _loading_plugin: str | None = None
+
+# The modules whose import registers the built-in names (and stores their defaults in Hydra's ConfigStore), in
+# the order ``import modelforge`` always imported them.
+BUILTIN_MODULES = ("modelforge.hooks", "modelforge.layers", "modelforge.models", "modelforge.data.options",
+                   "modelforge.train.optim")
+_builtins_loaded = False
+
+
+def load_builtins() -> None:
+    """Import :data:`BUILTIN_MODULES` once: deferred from ``import modelforge`` so that ``--help`` needs no torch."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True  # first: a module being imported below may look a name up
+    try:
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+    except BaseException:
+        _builtins_loaded = False  # the next lookup tries again, and says again what failed
+        raise
 
 
 def load_plugins() -> None:

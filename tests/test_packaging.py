@@ -28,7 +28,7 @@ def test_every_subpackage_is_listed_for_the_wheel() -> None:
 
 def test_installed_layout_finds_conf(tmp_path: Path, monkeypatch) -> None:
     # In a wheel, conf/ sits inside the package; conf_dir() must prefer it there.
-    import modelforge.config as paths
+    import modelforge.conf_folder as paths
 
     (tmp_path / "modelforge" / "conf").mkdir(parents=True)
     (tmp_path / "modelforge" / "conf" / "train.yaml").write_text("{}")

@@ -40,6 +40,9 @@ def compose_model(name: str, overrides: Sequence[str], folders: Sequence[Path]) 
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from modelforge.registry import load_builtins
+
+    load_builtins()  # their defaults in Hydra's ConfigStore (model_defaults/...) before Hydra composes
     for path in (p for folder in folders[1:] for p in user_yaml_files(folder)):
         bound_yaml_file(path)  # Hydra parses what it selects: bombs never reach it
     extra = [f"hydra.searchpath=[file://{folder}]" for folder in folders[1:]]
