@@ -290,7 +290,7 @@ class TrainConfig:
     freeze: Any = dataclasses.field(default_factory=list)
     freeze_bn: bool = True  # norm layers wholly inside `freeze` stay in eval mode: running statistics frozen too
     curves: bool = True  # draw RUN/learning_curves.png from logs/metrics.csv once the run has trained
-    # What the model learns: the task group's config (conf/task/, checked by modelforge.train.tasks); null: classify.
+    # What the model learns: the task group's config (conf/task/, checked by modelforge.tasks); null: classify.
     # A field here, not a group before train_schema, so that a task's file (after it) sets `monitor` too.
     task: Any = None
 

@@ -67,7 +67,7 @@ def model_metadata(run_config: Mapping[str, Any], *, input_shape: list[int] | tu
         "normalize": folder["normalize"] if folder else _normalize(data_cfg, dataset, normalization),
         "class_names": folder["class_names"] if folder else list(DERIVED_CLASS_NAMES.get(name, ())) or
         _class_names(model_cfg, dataset),
-        "task": _plain(run_config.get("task")),  # null: classify (modelforge.train.tasks)
+        "task": _plain(run_config.get("task")),  # null: classify (modelforge.tasks)
         **({"preprocess": folder["preprocess"]} if folder else {}),  # the run's resize and crop, in color
         "data": name,
         "modelforge_version": str(getattr(sys.modules["modelforge"], "__version__", "unknown")),

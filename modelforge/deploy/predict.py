@@ -38,7 +38,7 @@ from modelforge.deploy.runtime import Runner, check_model_path, open_model
 from modelforge.deploy.task_outputs import format_rows, predict_outputs
 from modelforge.errors import ConfigError, DataError
 from modelforge.files.atomic import write_text
-from modelforge.train.tasks import build_task
+from modelforge.tasks import build_task
 
 log = logging.getLogger(__name__)
 

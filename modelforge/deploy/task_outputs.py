@@ -1,4 +1,4 @@
-"""What ``predict`` gives for a task other than classify (:mod:`modelforge.train.tasks`), one row per image.
+"""What ``predict`` gives for a task other than classify (:mod:`modelforge.tasks`), one row per image.
 
 - segment: a mask PNG per image at the image's own size, a palette PNG whose pixel values are the class indices,
   and an overlay (the image with each class's colour over it), in ``masks/`` and ``overlays/`` beside the CSV;
@@ -21,18 +21,8 @@ from PIL import Image
 from modelforge.deploy.images import InputImage, Invert, prepare
 from modelforge.deploy.runtime import Runner
 from modelforge.files.atomic import write_bytes
-from modelforge.train.tasks import Task
-
-# A colour per class index (0, the background, black): the masks' palette and the overlays' colours.
-_COLOURS = [(0, 0, 0), (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
-            (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128),
-            (220, 190, 255), (170, 110, 40), (255, 250, 200), (128, 0, 0), (170, 255, 195), (128, 128, 0)]
-
-
-def palette(n: int = 256) -> list[int]:
-    """A PNG palette of ``n`` entries: the colours above, then the same cycle again."""
-    return [c for k in range(n) for c in (_COLOURS[0] if k == 0 else _COLOURS[1 + (k - 1) % (len(_COLOURS) - 1)])]
-
+from modelforge.report.class_colours import palette
+from modelforge.tasks import Task
 
 def predict_outputs(runner: Runner, images: Sequence[InputImage], task: Task, out_dir: Path, *,
                     invert: Invert = "auto", batch_size: int = 256) -> list[dict[str, Any]]:

@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelforge.report.class_colours import palette
 from modelforge.report.png_file import save_png
-from modelforge.train.tasks import Task
+from modelforge.tasks import Task
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,6 @@ def _figure(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, task: Task, tit
     from matplotlib.colors import ListedColormap
     from matplotlib.figure import Figure
 
-    from modelforge.deploy.task_outputs import palette
 
     images = task.output in ("class_map", "image")
     rows = 3 if images else 1

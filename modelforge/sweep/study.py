@@ -153,7 +153,7 @@ def _directions(direction: Any, directions: Any, objectives: Sequence[str]) -> t
     if direction is not None:
         directions = [direction]
     if directions is None:  # as the best checkpoint's mode: smaller is better for losses, errors and sizes
-        from modelforge.train.tasks import metric_mode
+        from modelforge.tasks import metric_mode
 
         return tuple("minimize" if metric_mode(o) == "min" or o in SMALLER_IS_BETTER else "maximize"
                      for o in objectives)

@@ -58,7 +58,7 @@ def read_rows(sweep_dir: str | Path) -> list[JobRow]:
 def sort_rows(rows: Sequence[JobRow]) -> list[JobRow]:
     """Best monitored value first, then pruned rows by their last value; rows without one (failed, running, NaN)
     last, in job order."""
-    from modelforge.train.tasks import metric_mode  # smaller is better for a loss or an error (val/mae)
+    from modelforge.tasks import metric_mode  # smaller is better for a loss or an error (val/mae)
 
     def key(row: JobRow) -> tuple:
         value = row.metrics.get(row.monitor)

@@ -24,7 +24,7 @@ from pytorch_lightning.loggers import Logger
 from modelforge.config import check_call, resolve_target, signature_defaults
 from modelforge.errors import ConfigError
 from modelforge.registry import CALLBACKS, LOGGERS
-from modelforge.train.tasks import metric_mode
+from modelforge.tasks import metric_mode
 
 log = logging.getLogger("modelforge.train")
 

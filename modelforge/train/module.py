@@ -1,4 +1,4 @@
-"""The LightningModule that trains any model modelforge builds, for any task (:mod:`modelforge.train.tasks`)."""
+"""The LightningModule that trains any model modelforge builds, for any task (:mod:`modelforge.tasks`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from modelforge.train.checkpoints import ResumeState
 from modelforge.train.compiled import compile_for_training, eagerly
 from modelforge.train.optim import build_scheduler, configure_optimizers
 from modelforge.train.stopping import DivergenceGuard, divergence_bound
-from modelforge.train.tasks import build_task
+from modelforge.tasks import build_task
 
 STAGES = ("train", "val", "test")
 STEP_LOSS_DISPLAY_S = 0.5  # how often a bar other than modelforge's gets the step loss logged for it

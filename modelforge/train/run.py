@@ -47,7 +47,7 @@ from modelforge.train.records import claim_run_dir, current_run_dir, write_metri
 from modelforge.train.run_config import RunConfig, validate_run_config
 from modelforge.train.run_report import setup_report
 from modelforge.train.stopping import ReceivedSignal, stop_reason, stop_signals
-from modelforge.train.tasks import build_task
+from modelforge.tasks import build_task
 from modelforge.train.trainer import (
     build_datamodule,
     build_trainer,

@@ -42,7 +42,7 @@ from modelforge.train.context import RunContext
 from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
 from modelforge.train.optim import build_optimizer, validate_optim
 from modelforge.train.stopping import divergence_bound
-from modelforge.train.tasks import Task, build_task, task_monitors
+from modelforge.tasks import Task, build_task, task_monitors
 from modelforge.train.trainer import (
     build_datamodule,
     check_trainer_options,

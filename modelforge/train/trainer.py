@@ -34,7 +34,7 @@ from modelforge.train.callbacks import (
 from modelforge.train.ddp_teardown import StopTogether
 from modelforge.train.fit_count import RunFitCount
 from modelforge.train.hook_callback import HookPluginsCallback
-from modelforge.train.tasks import metric_mode
+from modelforge.tasks import metric_mode
 
 
 def default_precision(accelerator: str) -> str:

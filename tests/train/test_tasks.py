@@ -17,7 +17,7 @@ from modelforge.config import conf_dir
 from modelforge.errors import ConfigError, DataError
 from modelforge.train import train
 from modelforge.train.run_config import validate_run_config
-from modelforge.train.tasks import Task, build_task
+from modelforge.tasks import Task, build_task
 from tests.train.conftest import compose_train
 
 # Derived sets small enough for a test: 80 samples made from the training images (16 held out), 32 for test.
