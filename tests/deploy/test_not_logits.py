@@ -20,7 +20,7 @@ from tests.conftest import run_cli
 
 def test_export_refuses_a_feature_map_model_before_writing(tmp_path: Path) -> None:
     model = create_model("resnet18", features=["layer2", "layer4"])
-    with pytest.raises(ExportError, match=r"^GraphModel returns a dict of layer2, layer4, not one tensor: .*nothing "
+    with pytest.raises(ExportError, match=r"^graph returns a dict of layer2, layer4, not one tensor: .*nothing "
                        "was written"):
         export(model, "pt2", tmp_path / "features.pt2", n_images=4)
     assert list(tmp_path.iterdir()) == []
@@ -29,7 +29,7 @@ def test_export_refuses_a_feature_map_model_before_writing(tmp_path: Path) -> No
 def test_predict_refuses_a_feature_map_model(tmp_path: Path) -> None:
     model = create_model("resnet18", features=["layer4"])
     model.modelforge_meta = {"input_shape": [1, 28, 28], "normalize": None, "class_names": [str(k) for k in range(10)]}
-    with pytest.raises(ConfigError, match=r"^ckpt_path: GraphModel returns a dict, not one tensor of class scores"):
+    with pytest.raises(ConfigError, match=r"^ckpt_path: graph returns a dict, not one tensor of class scores"):
         predict(model, torch.zeros(2, 28, 28, dtype=torch.uint8))
 
 
@@ -42,6 +42,6 @@ def test_predict_refuses_a_headless_models_features(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[0] == (
-        f"error: ckpt_path: CNN from {exported} (torch.export program) outputs [N, 128], not the scores of its 10 "
+        f"error: ckpt_path: cnn from {exported} (torch.export program) outputs [N, 128], not the scores of its 10 "
         "classes (0, 1, 2, ...): predict reads a classifier's scores")
     assert not output.parent.exists()
