@@ -162,6 +162,22 @@ def _follow_current_streams(captured: tuple[object, object]) -> None:
 # What makes a test an integration test when it says nothing itself: it asks for the CLI run in this process or
 # for tiny data to train on, or its module imports the training entry points, Lightning, or a small Lightning run.
 INTEGRATION_FIXTURES = frozenset({"run_main", "tiny_data", "tiny_mnist", "small_run", "sweep_here", "tiny_args"})
+# What makes a test e2e when it says nothing itself: its own code starts a process (run_cli is `python -m
+# modelforge` in a subprocess).
+PROCESS_NAMES = frozenset({"run_cli", "subprocess", "Popen", "check_output", "run_script", "run_process"})
+
+
+def _names_called(item: pytest.Item) -> set[str]:
+    """The global and attribute names the test function's own code uses (its nested functions' too)."""
+    code, names = getattr(getattr(item, "function", None), "__code__", None), set()
+    stack = [code] if code is not None else []
+    while stack:
+        code = stack.pop()
+        names |= set(code.co_names)
+        stack += [c for c in code.co_consts if hasattr(c, "co_names")]
+    return names
+
+
 INTEGRATION_NAMES = frozenset({"train", "evaluate", "compose_train", "pl", "LitTiny", "Trainer", "train_small_cnn",
                                "train_mlp", "train_on_folder"})
 
@@ -172,7 +188,7 @@ def cost_marker(item: pytest.Item) -> str:
     for name in ("e2e", "integration"):
         if item.get_closest_marker(name):
             return name
-    if "cli" in getattr(item, "fixturenames", ()):  # `python -m modelforge` in a subprocess
+    if "cli" in getattr(item, "fixturenames", ()) or PROCESS_NAMES & _names_called(item):  # a process of its own
         return "e2e"
     module = getattr(item, "module", None)
     if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or (
