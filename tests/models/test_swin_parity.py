@@ -153,6 +153,7 @@ def test_swin_t_equals_torchvisions(record_property: Callable[[str, Any], None])
     assert sum(p.numel() for p in swin_t_pair(224, 96)[1].parameters()) == 28_288_354
 
 
+@pytest.mark.slow  # 28M draws of two full swin_t (9 s): the tails need them; the cut itself: tests/layers
 def test_swin_t_initialises_as_torchvisions() -> None:
     """Issue 49: the linear weights and the position bias tables are N(0, 0.02) cut at +-2 absolute (std 0.020, a
     max near 5.6 std over 28M draws), the linear biases zero, the norms torch's: in distribution torchvision's."""
