@@ -8,14 +8,14 @@ import re
 
 from tests.conftest import REPO
 
-_SPEC = importlib.util.spec_from_file_location("modelforge_docs", REPO / "docs" / "_ext" / "modelforge_docs.py")
-modelforge_docs = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(modelforge_docs)
+_SPEC = importlib.util.spec_from_file_location("error_table", REPO / "docs" / "_ext" / "error_table.py")
+error_table = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(error_table)
 
 
 def test_every_error_line_of_the_error_pages_is_a_row() -> None:
-    rows = modelforge_docs.error_messages(REPO / "docs")
-    shown = [line for page in modelforge_docs.ERROR_PAGES
+    rows = error_table.error_messages(REPO / "docs")
+    shown = [line for page in error_table.ERROR_PAGES
              for block in re.findall(r"^```console\n(.*?)^```$", (REPO / "docs" / f"{page}.md").read_text(), re.S | re.M)
              for line in block.splitlines() if line.startswith("error:")]
     assert [row[0] for row in rows] == shown and len(rows) >= 100
@@ -28,4 +28,4 @@ def test_every_error_line_of_the_error_pages_is_a_row() -> None:
 def test_the_hub_page_shows_the_table_and_links_every_error_page() -> None:
     hub = (REPO / "docs" / "errors.md").read_text()
     assert "```{error-messages}" in hub
-    assert all(f"({page}.md)" in hub for page in modelforge_docs.ERROR_PAGES)
+    assert all(f"({page}.md)" in hub for page in error_table.ERROR_PAGES)

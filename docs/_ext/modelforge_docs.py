@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from error_table import error_messages  # the table's rows: plain Python, which a test reads without Sphinx
 from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
@@ -108,34 +109,6 @@ class CompositeBlocks(SphinxDirective):
                     params = ", ".join(k if v == "???" else f"{k}={v}" for k, v in (spec.get("params") or {}).items())
                     rows.append((f"{name}({params})", spec.get("description", ""), f"blocks/{path.name}"))
         return [_table(("block(parameters)", "what it is", "file"), rows)]
-
-
-ERROR_PAGES = ("errors-config", "errors-model", "errors-data", "errors-runs")
-
-
-def error_messages(folder: Path) -> list[tuple[str, str, str, str, str]]:
-    """(message, exit status, page, where (section: case), section anchor) of every transcript that shows an ``error:``
-    line on the error pages, in page order: read from the pages themselves, so the table never lags them."""
-    rows = []
-    for page in ERROR_PAGES:
-        section, case = ("", ""), ""
-        lines = (folder / f"{page}.md").read_text().splitlines()
-        inside = False
-        for line in lines:
-            if line.startswith("```"):
-                inside = not inside and line.strip() == "```console"
-                continue
-            if not inside and line.startswith("## "):
-                title = line[3:].strip()
-                section = (title, re.sub(r"[^\w\- ]", "", title.lower()).strip().replace(" ", "-"))
-                case = ""
-            elif not inside and (label := re.match(r"\*\*(.+?)\*\*", line)):
-                case = label.group(1)
-            elif inside and line.startswith("error:"):
-                rows.append((line, "2", page, f"{section[0]}: {case}" if case else section[0], section[1]))
-            elif inside and (exit_note := re.match(r"\(exit (\d+)", line)) and rows and rows[-1][2] == page:
-                rows[-1] = (rows[-1][0], exit_note.group(1), *rows[-1][2:])
-    return rows
 
 
 class ErrorMessages(SphinxDirective):
