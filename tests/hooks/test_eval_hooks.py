@@ -9,18 +9,9 @@ import pytest
 
 from modelforge.errors import ConfigError
 from modelforge.train import evaluate, train
-from tests.helpers.mnist_idx import write_mnist_idx
 from tests.helpers.run_config import compose_train
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*treespec")
-
-
-@pytest.fixture(scope="module")
-def tiny_mnist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """160 train / 64 test learnable images, as tests/train's fixture makes them."""
-    folder = tmp_path_factory.mktemp("tiny_mnist")
-    write_mnist_idx(folder, n_train=160, n_test=64)
-    return folder
 
 
 @pytest.fixture(scope="module")
