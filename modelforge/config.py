@@ -15,11 +15,10 @@ import inspect
 import os
 import pkgutil
 import re
-import types
 import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -31,7 +30,8 @@ from omegaconf.errors import (
 )
 
 from modelforge.conf_folder import PACKAGE_DIR, conf_dir, config_groups  # noqa: F401  (re-exported)
-from modelforge.errors import ConfigError, closest_names
+from modelforge.config_types import check_type, implied_type, type_name
+from modelforge.errors import ConfigError, closest_names, unknown_key
 from modelforge.files.yaml_files import (  # noqa: F401  (re-exported)
     bound_yaml_file,
     check_yaml_file,
@@ -60,70 +60,16 @@ def load_config(cfg: Mapping | DictConfig | str | Path) -> dict[str, Any]:
     return dict(plain)
 
 
-def _type_name(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in args)
-    if origin in (Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
-    if origin in (list, Sequence):
-        return f"list of {_type_name(args[0])}" if args else "list"
-    if origin in (dict, Mapping) or dataclasses.is_dataclass(tp):
-        return "mapping"
-    return "any value" if tp is Any else getattr(tp, "__name__", str(tp))
-
-
-@functools.lru_cache(maxsize=256)  # a graph checks every node against the same few annotations
-def _origin_and_args(tp: Any) -> tuple[Any, tuple[Any, ...]]:
-    return typing.get_origin(tp), typing.get_args(tp)
-
-
-def _matches(value: Any, tp: Any, path: str) -> bool:
-    """True when ``value`` fits ``tp``; list elements that do not fit raise with their index."""
-    try:
-        origin, args = _origin_and_args(tp)
-    except TypeError:  # an unhashable annotation
-        origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return True
-    if origin in (Union, types.UnionType):
-        return any(_matches(value, arm, path) for arm in args)
-    if origin is Literal:
-        return value in args
-    if origin is tuple:  # a fixed length, as a factory's default ``(0.9, 0.999)`` implies
-        return isinstance(value, (list, tuple)) and len(value) == len(args)
-    if origin in (list, Sequence):
-        if isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                check_type(item, args[0], f"{path}[{i}]")
-        return isinstance(value, (list, tuple))
-    if origin in (dict, Mapping):
-        return isinstance(value, Mapping)
-    if tp in (int, float):  # a YAML int is a fine float; a bool is neither
-        return isinstance(value, (int, tp)) and not isinstance(value, bool)
-    return isinstance(value, origin or tp)
-
-
-def check_type(value: Any, tp: Any, path: str) -> None:
-    """Raise a ConfigError when ``value`` does not fit the annotation ``tp``."""
-    if not _matches(value, tp, path):
-        arms = (tp, *typing.get_args(tp))
-        choices = [str(a) for arm in arms if typing.get_origin(arm) is Literal for a in typing.get_args(arm)]
-        raise ConfigError(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}",
-                          allowed=_type_name(tp), suggestions=closest_names(str(value), choices) if choices else ())
-
-
 def omegaconf_error(exc: OmegaConfBaseException) -> ConfigError:
     """OmegaConf's refusal of a key or a value as one ConfigError: the key path, what was wrong, what is allowed."""
     path, node, parent = str(exc.full_key), exc.child_node, exc.parent_node
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and parent is not None:
         where, _, key = path.rpartition(".")
-        keys = sorted(str(k) for k in parent)
-        return ConfigError(path, f"no key {key!r} at " + (f"'{where}'" if where else "the top level of the config"),
-                           allowed=keys, suggestions=closest_names(key, keys))
+        return unknown_key(path, key, f"no key {key!r} at " + (f"'{where}'" if where else "the top level of the config"),
+                           sorted(str(k) for k in parent))
     if isinstance(exc, ValidationError) and (node is not None or isinstance(parent, ListConfig)):
         tp = node._metadata.ref_type if node is not None else parent._metadata.element_type
-        expected = _type_name(tp | None if node is not None and node._metadata.optional and tp is not Any else tp)
+        expected = type_name(tp | None if node is not None and node._metadata.optional and tp is not Any else tp)
         return ConfigError(path, f"expected {expected}, got {type(exc.value).__name__} {exc.value!r}", allowed=expected)
     return ConfigError(path, str(exc.msg).split("\n")[0])
 
@@ -145,14 +91,13 @@ def validate(values: Mapping[str, Any], schema: type[S], path: str, what: str) -
     hints = _type_hints(schema)
     for key in values:
         if key not in fields:
-            raise ConfigError(f"{path}.{key}" if path else str(key), f"{what} has no option {key!r}",
-                              allowed=sorted(fields), suggestions=closest_names(str(key), fields))
+            raise unknown_key(f"{path}.{key}" if path else str(key), key, f"{what} has no option {key!r}", sorted(fields))
     for key, value in values.items():
         check_type(value, hints[key], f"{path}.{key}" if path else key)
     for key, f in fields.items():
         if key not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{path}.{key}" if path else key, f"missing: {what} needs {key!r}",
-                              allowed=_type_name(hints[key]))
+                              allowed=type_name(hints[key]))
     instance = schema(**values)
     if (check := getattr(instance, "check", None)) is not None:
         check(path)
@@ -328,12 +273,12 @@ def check_top_level_keys(cfg: Mapping[str, Any] | DictConfig, known: Collection[
         return
     read = _interpolated_names(OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg)
     for key in (k for k in unknown if k not in read):
-        guess = closest_names(key, known)
-        raise ConfigError(key, f"{command} reads no top-level key {key!r}: it would be stored in config.yaml and "
-                          "change nothing", suggestions=guess, allowed=sorted(known),
-                          hint=(f"a key the config has is set without '+': {guess[0]}=..." if guess else
-                                f"leave it out; a key of your own stays only where an interpolation reads it "
-                                f"(${{{key}}})"))
+        raise unknown_key(key, key, f"{command} reads no top-level key {key!r}: it would be stored in config.yaml and "
+                          "change nothing", sorted(known),
+                          hint=lambda guess, key=key: (
+                              f"a key the config has is set without '+': {guess[0]}=..." if guess else
+                              f"leave it out; a key of your own stays only where an interpolation reads it "
+                              f"(${{{key}}})"))
 
 
 def _interpolated_names(value: Any) -> set[str]:
@@ -349,18 +294,6 @@ def signature_defaults(factory: Callable, skip: Collection[str] = ()) -> dict[st
     params = inspect.signature(factory).parameters.values()
     return {p.name: p.default for p in params
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip and p.name != "self"}
-
-
-# What a factory's default implies of its option (the annotation ``check_type`` would take), and in words.
-_WORDS = {bool: "true or false", float: "a number", str: "a string"}
-
-
-def _implied_type(default: Any) -> Any:
-    if isinstance(default, (bool, str)):
-        return type(default)
-    if isinstance(default, (int, float)):
-        return float
-    return tuple[(Any,) * len(default)] if isinstance(default, (tuple, list)) and default else Any
 
 
 def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: str,
@@ -381,12 +314,10 @@ def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: s
             raise ConfigError(f"{path}.{key}{where}._target_", f"{what} takes plain values here, not a class to build "
                               f"({_target_of(value, where)!r}): hydra's instantiate would build it, unchecked")
         if key not in params and not takes_any:
-            raise ConfigError(f"{path}.{key}", f"{what} {verb} no option {key!r}",
-                              suggestions=closest_names(key, params), allowed=sorted(params) or "no options")
-        default = params.get(key)
-        if value is not None and not _matches(value, tp := _implied_type(default), f"{path}.{key}"):
-            expected = _WORDS.get(tp) or f"a list of {len(default)} like {list(default)}"
-            raise ConfigError(f"{path}.{key}", f"{what} expects {expected} (default {default!r}), got {value!r}")
+            raise unknown_key(f"{path}.{key}", key, f"{what} {verb} no option {key!r}", sorted(params))
+        if value is not None and key in params:
+            default = params[key]
+            check_type(value, implied_type(default), f"{path}.{key}", hint=f"{what} has {key}={default!r} by default")
     for key, default in params.items():
         if default is inspect.Parameter.empty and key not in options and key not in filled:
             raise ConfigError(f"{path}.{key}", f"missing: {what} needs a value for {key!r}",

@@ -6,7 +6,7 @@ import difflib
 import functools
 import re
 import signal
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,17 @@ class ConfigError(ModelforgeError, ValueError):
         if hint:
             lines.append(f"  hint: {hint}")
         super().__init__("\n".join(lines))
+
+
+def unknown_key(path: str, key: object, problem: str, allowed: Iterable[object], *, none: str | None = "no options",
+                hint: str | Callable[[list[str]], str | None] | None = None) -> ConfigError:
+    """The one error for a key that is not one of ``allowed``: at ``path`` (the key's own), ``problem`` in words
+    (``optim Adam has no option 'lrr'``), the names allowed (``none`` when there are none) and the closest one.
+    ``hint`` may be a function of the closest names (``[]`` when none is close)."""
+    names = [str(name) for name in allowed]
+    guess = closest_names(str(key), names)
+    return ConfigError(path, problem, allowed=names or none, suggestions=guess,
+                       hint=hint(guess) if callable(hint) else hint)
 
 
 class UnknownNameError(ConfigError):

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from modelforge.config import check_type, load_config
+from modelforge.config import load_config
+from modelforge.config_types import check_type, fits
 from modelforge.deploy.exporters import BUILDERS, WRITERS, _first_line
 from modelforge.deploy.load import existing_file, load_model, resolve_checkpoint
 from modelforge.deploy.metadata import (
@@ -353,8 +354,7 @@ def _checked_choice(key: str, value: Any, choices: Mapping[str, Any] | tuple[str
 def _check_numbers(**values: Any) -> None:
     for key, value in values.items():
         wanted, least = (float, 0.0 if key == "rtol" else None) if key in ("atol", "rtol") else (int, None)
-        if isinstance(value, bool) or not isinstance(value, (int, float) if wanted is float else int) \
-                or not math.isfinite(value) or value < 0 or value == 0 and least is None:
+        if not fits(value, wanted, key) or not math.isfinite(value) or value < 0 or value == 0 and least is None:
             raise ConfigError(key, f"got {value!r}", allowed=f"a {'number' if wanted is float else 'whole number'} "
                                                              f"{'>= 0' if least is not None else '> 0'}")
 

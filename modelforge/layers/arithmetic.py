@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from modelforge.config_types import check_type
 from modelforge.errors import ConfigError, closest_names
 from modelforge.layers.batch_dim import BatchProblem, broadcast_batch_problem
 from modelforge.layers.macs import counts_from_children
@@ -50,8 +51,7 @@ def broadcast_problem(shapes: Sequence[Sequence[int]], outer: bool = False) -> s
 
 
 def _scalar(value: float | None) -> float | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ConfigError("scalar", f"expected a number, got {type(value).__name__} {value!r}")
+    check_type(value, float | None, "scalar")
     return value
 
 

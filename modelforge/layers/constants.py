@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from modelforge.config_types import check_type
 from modelforge.errors import ConfigError
 from modelforge.layers.expressions import ElementFormula
 from modelforge.layers.macs import counts_from_children
@@ -78,8 +79,7 @@ class Take(nn.Module):
 
     def __init__(self, dim: int = 0) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int):
-            raise ConfigError("dim", f"expected a whole number, got {type(dim).__name__} {dim!r}")
+        check_type(dim, int, "dim")
         self.dim = dim
 
     def forward(self, table: Tensor, index: Tensor) -> Tensor:

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from modelforge.config_types import fits
 from modelforge.errors import ConfigError, closest_names
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -201,7 +202,7 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
         value = walk(node)
         if isinstance(value, Tensor):  # inside a formula: a comparison counts as 1 or 0, as in Python
             return value.long() if value.dtype == torch.bool else value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not fits(value, float, path):
             raise fail(f"{ast.unparse(node)!r} is {value!r}, not a number")
         return value
 
@@ -281,7 +282,7 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
                 for v in values[1:]:
                     out = pick(out, torch.as_tensor(v))
                 return out
-            if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+            if not values or not all(fits(v, float, path) for v in values):
                 raise fail(f"{node.func.id} takes numbers or a list of numbers, got {values!r}")
             return _CALLS[node.func.id](*values)
         raise fail(f"{ast.unparse(node)!r} is not allowed", allowed=ALLOWED)
@@ -337,7 +338,7 @@ def _evaluate_tree(tree: ast.expr, text: str, names: Mapping[str, Any], path: st
             raise fail(f"{what}: only one entry of a list parameter can be read",
                        allowed="name[i] of a list parameter, i a whole number (input_size[0], input_shape[-1])")
         index = walk(node.slice)
-        if isinstance(index, bool) or not isinstance(index, int):
+        if not fits(index, int, path):
             raise fail(f"the index {ast.unparse(node.slice)!r} is {index!r}, not a whole number")
         if not -len(values) <= index < len(values):
             raise fail(f"{ast.unparse(node.value)} has {len(values)} entries {list(values)}; there is no entry {index}")

@@ -3,20 +3,24 @@
 Names are checked against the factory's signature (:func:`check_kwargs`), and values, once any
 expression in them is evaluated, against the types it takes (:func:`check_arg_types`): a whole
 number where it wants one, and a boolean (true or false, never the string "false", which Python
-would take as true) where it wants one.
+would take as true) where it wants one. The annotations come from the signature
+(:func:`arg_types`); the check is :func:`modelforge.config_types.check_type`.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import operator
+import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Union
 
 from torch import nn
 
-from modelforge.errors import ConfigError, closest_names
+from modelforge.config_types import check_type
+from modelforge.errors import ConfigError, unknown_key
 
 
 def _named_params(func: Callable) -> tuple[list[str], bool] | None:
@@ -71,12 +75,7 @@ def check_kwargs(factory: Callable, kwargs: Mapping[str, Any], path: str, what: 
         return
     for key in kwargs:
         if key not in allowed:
-            raise ConfigError(
-                f"{path}.{key}" if path else key,
-                f"{what} takes no option {key!r}",
-                allowed=allowed or "no options",
-                suggestions=closest_names(key, allowed),
-            )
+            raise unknown_key(f"{path}.{key}" if path else key, key, f"{what} takes no option {key!r}", allowed)
 
 
 def split_spec(spec: Any, path: str, what: str) -> tuple[Any, dict[str, Any]]:
@@ -105,49 +104,49 @@ _WHOLE_NUMBER_NAMES = frozenset({
     "vdim", "d_model", "nhead", "dim_feedforward", "num_embeddings", "embedding_dim", "groups", "num_groups"})
 
 
-def _is_int(annotation: Any) -> bool:
-    """An annotation that admits whole numbers but no float and no string (Conv2d's padding takes "same")."""
-    if isinstance(annotation, str):  # postponed annotations: "int", "int | None"
-        parts = {part.strip() for part in annotation.split("|")}
-        return "int" in parts and not parts & {"float", "str", "Any"}
-    if annotation is int:
-        return True
-    args = typing.get_args(annotation)
-    return int in args and float not in args and str not in args
+def _arms(annotation: Any) -> set[Any]:
+    """The types an annotation admits; a postponed one (``"int | None"``) by the names of its parts."""
+    if isinstance(annotation, str):
+        names = {"int": int, "bool": bool, "None": type(None), "float": float, "str": str, "Any": Any}
+        return {names.get(part.strip(), part.strip()) for part in annotation.split("|")}
+    return set(typing.get_args(annotation)) if typing.get_origin(annotation) in (Union, types.UnionType) else {annotation}
 
 
-@functools.lru_cache(maxsize=1024)
-def whole_number_params(factory: Callable) -> frozenset[str]:
-    """The arguments of ``factory`` that take whole numbers (by annotation, or by a torch.nn width's name)."""
-    try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return _WHOLE_NUMBER_NAMES
-    return frozenset(p.name for p in params if _is_int(p.annotation)) | _WHOLE_NUMBER_NAMES
-
-
-def _is_bool(annotation: Any, default: Any) -> tuple[bool, bool]:
-    """(takes a boolean and nothing else, may also be None) by annotation, or by a bool default when unannotated."""
+def _derived(annotation: Any, default: Any, name: str) -> Any:
+    """The annotation checked of one argument, or None when its values are left to the factory: a whole
+    number (by annotation, or by a torch.nn width's name) or a boolean (by annotation, or by a bool default
+    when unannotated, as torch.nn's flags are; None is theirs too). A default of None admits None."""
     if annotation is inspect.Parameter.empty:
-        return isinstance(default, bool), True  # torch.nn's unannotated flags (batch_first=False): None is theirs
-    if isinstance(annotation, str):  # postponed annotations: "bool", "bool | None"
-        parts = {part.strip() for part in annotation.split("|")}
-        return "bool" in parts and parts <= {"bool", "None"}, "None" in parts
-    if annotation is bool:
-        return True, False
-    args = set(typing.get_args(annotation))
-    return bool(args) and bool in args and args <= {bool, type(None)}, type(None) in args
+        if isinstance(default, bool):
+            return bool | None
+        return int | None if name in _WHOLE_NUMBER_NAMES else None
+    arms = _arms(annotation)
+    optional = type(None) in arms or default is None
+    if bool in arms and arms <= {bool, type(None)}:
+        return bool | None if optional else bool
+    if int in arms and not arms & {float, str, Any}:  # Conv2d's padding takes "same": not checked
+        # Its other arms (kernel_size's tuple) as annotated, when they resolved to types; else any value.
+        rest = [arm for arm in arms - {int, type(None)} if not isinstance(arm, str)]
+        if len(rest) < len(arms - {int, type(None)}):
+            return None if name not in _WHOLE_NUMBER_NAMES else int | None
+        return functools.reduce(operator.or_, [int, *rest, *([type(None)] if optional else [])])
+    return int | None if name in _WHOLE_NUMBER_NAMES else None
 
 
 @functools.lru_cache(maxsize=1024)
-def bool_params(factory: Callable) -> dict[str, bool]:
-    """The arguments of ``factory`` that take a boolean, each with whether it may also be None."""
+def arg_types(factory: Callable) -> dict[str, Any]:
+    """The annotations of ``factory``'s arguments that a config's values are checked against: those that take
+    a whole number or a boolean (a float or the string "false" would be taken by torch and mean something else)."""
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
-        return {}
-    found = {p.name: _is_bool(p.annotation, p.default) for p in params}
-    return {name: optional for name, (boolean, optional) in found.items() if boolean}
+        return dict.fromkeys(_WHOLE_NUMBER_NAMES, int | None)
+    try:
+        hints = typing.get_type_hints(factory.__init__ if isinstance(factory, type) else factory)
+    except Exception:  # names only a type checker imports: the written annotation's parts are read instead
+        hints = {}
+    found = {p.name: _derived(hints.get(p.name, p.annotation), p.default, p.name) for p in params}
+    return {name: tp for name, tp in found.items() if tp is not None}
 
 
 def check_arg_types(factory: Callable, args: Mapping[str, Any], path: str,
@@ -155,16 +154,14 @@ def check_arg_types(factory: Callable, args: Mapping[str, Any], path: str,
     """A whole number or a boolean that an expression (or the YAML) made something else, named before torch
     takes it (``bool("false")`` is true). ``path``: of the arguments; ``written``: the values as written."""
     written = args if written is None else written
-    for key in whole_number_params(factory) & args.keys():
-        value, raw = args[key], written.get(key)
-        if isinstance(value, (float, str)):
-            said = f"expression {raw!r} is {value!r}," if isinstance(raw, str) and raw != value else f"{value!r} is"
-            how = ("compute it with // and whole numbers (c * 3 // 2 rather than c * 1.5)" if isinstance(value, float)
-                   else "a word that names no parameter stays a word (is a parameter's name misspelt?)")
-            raise ConfigError(f"{path}.{key}", f"{said} not a whole number", hint=f"{key} takes a whole number: {how}")
-    for key, optional in bool_params(factory).items():
-        value = args.get(key, False)
-        if not isinstance(value, bool) and not (value is None and optional):
-            raise ConfigError(f"{path}.{key}", f"expected bool, got {type(value).__name__} {value!r}",
-                              allowed="true or false" + (" or null" if optional else ""),
-                              hint="write true or false without quotes" if isinstance(value, str) else None)
+    for key, tp in arg_types(factory).items():
+        if key not in args:
+            continue
+        value = args[key]
+        if isinstance(value, str) and bool not in _arms(tp):
+            hint = f"{key} takes a whole number: a word that names no parameter stays a word (is a parameter's name misspelt?)"
+        elif isinstance(value, float):
+            hint = f"{key} takes a whole number: compute it with // and whole numbers (c * 3 // 2 rather than c * 1.5)"
+        else:
+            hint = "write true or false without quotes" if isinstance(value, str) else None
+        check_type(value, tp, f"{path}.{key}", written=written.get(key), hint=hint)

@@ -13,14 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from modelforge.config_types import check_type
 from modelforge.errors import ConfigError
 from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
 
 
 def _number(value: float | None, name: str) -> float | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ConfigError(name, f"expected a number, got {type(value).__name__} {value!r}")
+    check_type(value, float | None, name)
     return value
 
 
@@ -89,8 +89,7 @@ class Normalize(nn.Module):
 
     def __init__(self, dim: int = -1, p: float = 2.0, eps: float = 1e-12) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int):
-            raise ConfigError("dim", f"expected a whole number, got {type(dim).__name__} {dim!r}")
+        check_type(dim, int, "dim")
         self.dim, self.p, self.eps = dim, _number(p, "p"), _number(eps, "eps")
 
     def forward(self, x: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from modelforge.config_types import fits
 from modelforge.errors import ConfigError, closest_names
 from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
@@ -28,7 +29,7 @@ class StochasticDepth(nn.Module):
 
     def __init__(self, p: float, mode: str = "row") -> None:
         super().__init__()
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        if not fits(p, float, "p") or not 0.0 <= p <= 1.0:
             raise ConfigError("p", f"a drop probability is between 0 and 1, got {p!r}")
         if mode not in MODES:
             raise ConfigError("mode", f"unknown mode {mode!r}", allowed=MODES, suggestions=closest_names(str(mode), MODES))

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from modelforge.config_types import check_type
 from modelforge.errors import ConfigError
 from modelforge.layers.batch_dim import BatchProblem
 from modelforge.layers.macs import counts_from_children
@@ -27,15 +28,15 @@ from modelforge.registry import BLOCKS
 
 
 def _int_list(value: int | Sequence[int], name: str) -> list[int]:
+    check_type(value, int | list[int], name)
     values = [value] if isinstance(value, int) else list(value)
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise ConfigError(name, f"expected a whole number or a list of them, got {value!r}")
+    if not values:
+        raise ConfigError(name, "must not be empty", allowed="int or list of int")
     return values
 
 
 def _int(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"expected a whole number, got {type(value).__name__} {value!r}")
+    check_type(value, int, name)
     return value
 
 

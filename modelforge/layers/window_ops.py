@@ -13,17 +13,19 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from modelforge.config_types import check_type
 from modelforge.errors import ConfigError
 from modelforge.layers.macs import counts_from_children
 from modelforge.registry import BLOCKS
 
 
 def _ints(value: int | Sequence[int], name: str, *, positive: bool = False) -> list[int]:
-    values = [value] if isinstance(value, int) else list(value) if isinstance(value, (list, tuple)) else [value]
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and (v >= 1 or not positive)
-                             for v in values):
-        raise ConfigError(name, f"expected {'a size >= 1' if positive else 'a whole number'} or a list of them, "
-                                f"got {value!r}")
+    check_type(value, int | list[int], name)
+    values = [value] if isinstance(value, int) else list(value)
+    if not values:
+        raise ConfigError(name, "must not be empty", allowed="int or list of int")
+    if positive and min(values) < 1:
+        raise ConfigError(name, f"must be a size >= 1, got {value!r}", allowed="int >= 1 or list of them")
     return values
 
 
@@ -79,8 +81,7 @@ class PadToMultiple(nn.Module):
         super().__init__()
         self.dims = _ints(dims, "dims")
         self.multiple = _per_dim(_ints(multiple, "multiple", positive=True), self.dims, "multiple")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError("value", f"expected a number, got {type(value).__name__} {value!r}")
+        check_type(value, float, "value")
         self.value = value
 
     def forward(self, x: Tensor) -> Tensor:

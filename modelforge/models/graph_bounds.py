@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelforge.config import require_positive
+from modelforge.config_types import check_type
 from modelforge.errors import ConfigError
 from modelforge.layers.expressions import evaluate, resolve_args
 from modelforge.models.graph_spec import REQUIRED, Composite, NodeConfig, NodeTable
@@ -59,8 +60,7 @@ def repeat_count(node: NodeConfig, names: Mapping[str, Any], path: str) -> int |
     if node.repeat is None:
         return None
     count = evaluate(node.repeat, names, f"{path}.repeat") if isinstance(node.repeat, str) else node.repeat
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise ConfigError(f"{path}.repeat", f"expected a whole number of copies, got {count!r}")
+    check_type(count, int, f"{path}.repeat", written=node.repeat)
     require_positive(count, f"{path}.repeat")
     return count
 

@@ -29,6 +29,7 @@ from typing import Any
 from torch import nn
 
 from modelforge.config import require_positive, validate
+from modelforge.config_types import check_type
 from modelforge.errors import ConfigError, closest_names
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.registry import BLOCKS
@@ -187,8 +188,7 @@ def parse_table(
         name = str(key)
         _check_node_name(name, path)
         node_path = f"{path}.nodes.{name}"
-        if not isinstance(spec, Mapping):
-            raise ConfigError(node_path, f"expected a mapping {{block, args, inputs, ...}}, got {spec!r}")
+        check_type(spec, Mapping, node_path, hint="a node is a mapping {block, args, inputs, ...}")
         node = validate(dict(spec), NodeConfig, node_path, f"graph node {name!r}")
         if isinstance(node.repeat, int):
             require_positive(node.repeat, f"{node_path}.repeat")
@@ -245,8 +245,7 @@ def parse_blocks(blocks: Mapping[Any, Any] | None, path: str) -> dict[str, Compo
         if name in BLOCKS:
             raise ConfigError(where, f"composite {name!r} has the name of a registered block",
                               hint="give the composite a name of its own (`list blocks` shows the taken ones)")
-        if not isinstance(spec, Mapping):
-            raise ConfigError(where, f"expected a block {{params, nodes, output, description}}, got {spec!r}")
+        check_type(spec, Mapping, where, hint="a block is a mapping {params, nodes, output, description}")
         config = validate(dict(spec), CompositeConfig, where, f"composite block {name!r}")
         config.params = {str(k): v for k, v in (config.params or {}).items()}
         if config.repeats is not None and config.repeats not in config.params:

@@ -32,7 +32,7 @@ from optuna.distributions import (
 )
 from optuna.trial import Trial
 
-from modelforge.errors import ConfigError, closest_names
+from modelforge.errors import ConfigError, closest_names, unknown_key
 
 SPACE_PATH = "hydra.sweeper.params"
 CONDITIONS_PATH = "hydra.sweeper.conditions"
@@ -129,8 +129,7 @@ def parse_conditions(conditions: Mapping[str, Any] | None, space: Mapping[str, B
         if _bare(written) in fixed_values:
             continue
         if (key := searched.get(_bare(written))) is None:
-            raise ConfigError(path, "only a searched key can be conditional", allowed=sorted(space),
-                              suggestions=closest_names(str(written), space))
+            raise unknown_key(path, written, "only a searched key can be conditional", sorted(space))
         if not isinstance(when, Mapping) or not when:
             raise ConfigError(path, f"expected {{KEY: VALUE or [VALUES]}}, got {when!r}",
                               hint=f"e.g. {written}: {{model.nodes.c3.block: yolo_bottleneck}}")
@@ -139,8 +138,8 @@ def parse_conditions(conditions: Mapping[str, Any] | None, space: Mapping[str, B
             other = _bare(str(other))
             if other == _bare(key) or (other not in searched and other not in fixed_values):
                 known = [k for k in (*searched, *fixed_values) if k != _bare(key)]
-                raise ConfigError(f"{path}.{other}", "a condition reads another key of the search, searched or fixed",
-                                  allowed=sorted(known), suggestions=closest_names(other, known))
+                raise unknown_key(f"{path}.{other}", other, "a condition reads another key of the search, searched or "
+                                  "fixed", sorted(known))
             wanted = [_text(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
             # A fixed key takes one value: its condition holds in every trial or in none.
             possible = _finite_values(searched[other], space[searched[other]]) if other in searched else wanted

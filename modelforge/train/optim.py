@@ -26,17 +26,17 @@ from torch import nn
 
 from modelforge.config import (
     check_call,
-    check_type,
     public_name,
     require_positive,
     resolve_target,
     signature_defaults,
 )
+from modelforge.config_types import check_type, fits
 from modelforge.errors import (
     ConfigError,
     UnknownNameError,
     closest_globs,
-    closest_names,
+    unknown_key,
 )
 from modelforge.registry import OPTIMIZERS, SCHEDULERS
 
@@ -73,8 +73,7 @@ def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any
     for glob, settings in groups.items():
         for key, value in settings.items():
             if key not in _GROUP_KEYS:
-                raise ConfigError(f"optim.param_groups.{glob}.{key}", f"no setting {key!r}", allowed=_GROUP_KEYS,
-                                  suggestions=closest_names(key, _GROUP_KEYS))
+                raise unknown_key(f"optim.param_groups.{glob}.{key}", key, f"no setting {key!r}", _GROUP_KEYS)
             require_positive(value, f"optim.param_groups.{glob}.{key}") if key == "lr_mult" else None
     check_call(cls, options, "optim", f"optim {cls.__name__}", skip=("params",), verb="has")
     # torch checks these too, but its words name no config key.
@@ -261,7 +260,7 @@ def _sched_options(sched_cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, 
         if not planned or factory is constant:
             raise ConfigError("sched.epochs", f"{what} is not planned over the run, so it spans no epochs",
                               allowed="sched.epochs with onecycle, cosine or warmup_cosine")
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        if not fits(epochs, int, "sched.epochs") or epochs < 1:
             raise ConfigError("sched.epochs", f"got {epochs!r}", allowed="null (trainer.max_epochs) or an integer >= 1")
     # Arguments modelforge passes itself; Lightning restores a torch class's position (last_epoch) on resume.
     skip = ("optimizer", "total_steps", "lr", "last_step") if planned else ("optimizer", "last_epoch")

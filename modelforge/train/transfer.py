@@ -27,7 +27,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from torch import nn
 
-from modelforge.config import check_type
+from modelforge.config_types import check_type
 from modelforge.deploy.load import (
     load_checkpoint,
     model_weights,

@@ -375,7 +375,7 @@ def test_idx_folder_is_never_checked_against_checksums_nor_fetched(tmp_path: Pat
     ({"name": "idx", "data_dir": "x", "std": 0}, r"data.std: got 0"),
     ({"name": "idx", "data_dir": "x", "n_classes": 0}, r"data.n_classes: got 0"),
     ({"name": "mnist", "eval_batch_size": 0}, r"data.eval_batch_size: got 0"),
-    ({"name": "mnist", "batch_size": "big"}, r"data.batch_size: data module 'mnist' expects a number"),
+    ({"name": "mnist", "batch_size": "big"}, r"data.batch_size: expected int or float, got str 'big'"),
 ])
 def test_bad_data_options_are_named(cfg: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):

@@ -121,11 +121,11 @@ def test_a_constant_is_a_number_or_a_formula_of_its_indices_and_is_not_saved() -
     (lambda: Constant([2, 2], formula("lambda i: i"))(), r"value: formula 'lambda i: ...' takes 1 indices, but the "
                                                          r"tensor has 2 dimensions \[2, 2\]"),
     (lambda: Roll([1, 2, 3], [1, 2]), r"shifts: \[1, 2, 3\] gives 3 values for 2 dims \[1, 2\]"),
-    (lambda: PadToMultiple(0, 1), r"multiple: expected a size >= 1 or a list of them, got 0"),
-    (lambda: Slice(1, step=0), r"step: expected a size >= 1"),
+    (lambda: PadToMultiple(0, 1), r"multiple: must be a size >= 1, got 0"),
+    (lambda: Slice(1, step=0), r"step: must be a size >= 1"),
     (lambda: Compare("neq"), r"(?s)op: unknown comparison 'neq'.*did you mean 'ne'"),
     (lambda: MatMul(scale_first=True), r"scale_first: scale_first says where to scale, but scaled is false"),
-    (lambda: Mul(scalar="2"), r"scalar: expected a number, got str '2'"),
+    (lambda: Mul(scalar="2"), r"scalar: expected float or null, got str '2'"),
 ])
 def test_bad_arguments_are_config_errors(make: Callable[[], object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -15,20 +15,20 @@ def graph(nodes: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("args", "first_line"), [
-    ({"out_channels": "w * 1.5"}, "model.nodes.a.args.out_channels: expression 'w * 1.5' is 7.5, not a whole number"),
-    ({"out_channels": "w // 2.0"}, "model.nodes.a.args.out_channels: expression 'w // 2.0' is 2.0, not a whole number"),
-    ({"out_channels": 4.0}, "model.nodes.a.args.out_channels: 4.0 is not a whole number"),
+    ({"out_channels": "w * 1.5"}, "model.nodes.a.args.out_channels: expected int, got float 7.5 (the expression 'w * 1.5')"),
+    ({"out_channels": "w // 2.0"}, "model.nodes.a.args.out_channels: expected int, got float 2.0 (the expression 'w // 2.0')"),
+    ({"out_channels": 4.0}, "model.nodes.a.args.out_channels: expected int, got float 4.0"),
 ])
 def test_a_width_that_is_not_a_whole_number_is_named_before_torch_sees_it(args: dict, first_line: str) -> None:
     with pytest.raises(ConfigError) as caught:
         build_model(graph({"a": {"block": "nn.Conv2d", "args": {"kernel_size": 1, **args}}}, params={"w": 5}))
     assert str(caught.value).splitlines() == [
-        first_line, f"  hint: out_channels takes a whole number: compute it with // and whole numbers "
+        first_line, "  allowed: int", f"  hint: out_channels takes a whole number: compute it with // and whole numbers "
                     "(c * 3 // 2 rather than c * 1.5)"]
 
 
 def test_an_unannotated_torch_width_is_checked_too() -> None:
-    with pytest.raises(ConfigError, match=r"model.nodes.attn.args.num_heads: expression 'h \* 0.5' is 1.0, not a whole"):
+    with pytest.raises(ConfigError, match=r"model.nodes.attn.args.num_heads: expected int or null, got float 1.0 \(the expression 'h \* 0.5'\)"):
         build_model(graph({"rows": {"block": "nn.Flatten", "args": {"start_dim": 1, "end_dim": 2}},
                            "attn": {"block": "nn.MultiheadAttention", "args": {"num_heads": "h * 0.5"},
                                     "inputs": ["rows", "rows", "rows"]}}, params={"h": 2}))
@@ -103,8 +103,9 @@ def test_a_composite_in_the_model_file_itself_is_found_there(tmp_path: Path) -> 
     with pytest.raises(ConfigError) as caught:
         build_model(model)
     assert str(caught.value).splitlines() == [
-        "model.blocks.res.nodes.conv.args.out_channels: expression 'width' is 'widht', not a whole number "
+        "model.blocks.res.nodes.conv.args.out_channels: expected int, got str 'widht' (the expression 'width') "
         f"[in model.nodes.body] (defined at {model}:6)",
+        "  allowed: int",
         "  hint: out_channels takes a whole number: a word that names no parameter stays a word "
         "(is a parameter's name misspelt?)"]
 

@@ -212,8 +212,8 @@ def test_a_part_of_a_tensor_output_is_refused() -> None:
 ])
 def test_a_boolean_argument_is_checked_as_every_typed_value(op: dict, key: str, value: object) -> None:
     node = {**op, "args": {**op.get("args", {}), key: value}}
-    with pytest.raises(ConfigError, match=rf"^model.nodes.op.args.{key}: expected bool, got "
-                                          rf"{type(value).__name__} {value!r}\n  allowed: true or false"):
+    with pytest.raises(ConfigError, match=rf"^model.nodes.op.args.{key}: expected bool( or null)?, got "
+                                          rf"{type(value).__name__} {value!r}\n  allowed: bool"):
         build_model(graph({"op": node}))
 
 
