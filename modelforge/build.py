@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from modelforge.config import load_config, validate
-from modelforge.errors import ConfigError, unknown_key
+from modelforge.errors import ConfigError, UnknownKeyError
 from modelforge.layers.initializers import INIT_RULES, initialize, make_initializer
 from modelforge.layers.kwargs import accepted_kwargs, check_kwargs
 from modelforge.models.conf_store import DEFAULTS_GROUP
@@ -27,7 +27,7 @@ MAX_PARAMS_KEY = "max_params"
 def _check_init(init: Mapping[str, Any], path: str) -> None:
     for key, spec in init.items():
         if key not in INIT_RULES:
-            raise unknown_key(f"{path}.{key}", key, f"no init rule {key!r}", INIT_RULES)
+            raise UnknownKeyError(f"{path}.{key}", key, f"no init rule {key!r}", INIT_RULES)
         make_initializer(spec, f"{path}.{key}")
 
 

@@ -31,7 +31,7 @@ from omegaconf.errors import (
 
 from modelforge.conf_folder import PACKAGE_DIR, conf_dir, config_groups  # noqa: F401  (re-exported)
 from modelforge.config_types import check_type, implied_type, type_name
-from modelforge.errors import ConfigError, closest_names, unknown_key
+from modelforge.errors import ConfigError, UnknownKeyError, closest_names
 from modelforge.files.yaml_files import (  # noqa: F401  (re-exported)
     bound_yaml_file,
     check_yaml_file,
@@ -65,8 +65,8 @@ def omegaconf_error(exc: OmegaConfBaseException) -> ConfigError:
     path, node, parent = str(exc.full_key), exc.child_node, exc.parent_node
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and parent is not None:
         where, _, key = path.rpartition(".")
-        return unknown_key(path, key, f"no key {key!r} at " + (f"'{where}'" if where else "the top level of the config"),
-                           sorted(str(k) for k in parent))
+        return UnknownKeyError(path, key, f"no key {key!r} at "
+                               + (f"'{where}'" if where else "the top level of the config"), sorted(str(k) for k in parent))
     if isinstance(exc, ValidationError) and (node is not None or isinstance(parent, ListConfig)):
         tp = node._metadata.ref_type if node is not None else parent._metadata.element_type
         expected = type_name(tp | None if node is not None and node._metadata.optional and tp is not Any else tp)
@@ -91,7 +91,8 @@ def validate(values: Mapping[str, Any], schema: type[S], path: str, what: str) -
     hints = _type_hints(schema)
     for key in values:
         if key not in fields:
-            raise unknown_key(f"{path}.{key}" if path else str(key), key, f"{what} has no option {key!r}", sorted(fields))
+            raise UnknownKeyError(f"{path}.{key}" if path else str(key), key, f"{what} has no option {key!r}",
+                                  sorted(fields))
     for key, value in values.items():
         check_type(value, hints[key], f"{path}.{key}" if path else key)
     for key, f in fields.items():
@@ -273,12 +274,12 @@ def check_top_level_keys(cfg: Mapping[str, Any] | DictConfig, known: Collection[
         return
     read = _interpolated_names(OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg)
     for key in (k for k in unknown if k not in read):
-        raise unknown_key(key, key, f"{command} reads no top-level key {key!r}: it would be stored in config.yaml and "
-                          "change nothing", sorted(known),
-                          hint=lambda guess, key=key: (
-                              f"a key the config has is set without '+': {guess[0]}=..." if guess else
-                              f"leave it out; a key of your own stays only where an interpolation reads it "
-                              f"(${{{key}}})"))
+        raise UnknownKeyError(key, key, f"{command} reads no top-level key {key!r}: it would be stored in config.yaml "
+                              "and change nothing", sorted(known),
+                              hint=lambda guess, key=key: (
+                                  f"a key the config has is set without '+': {guess[0]}=..." if guess else
+                                  f"leave it out; a key of your own stays only where an interpolation reads it "
+                                  f"(${{{key}}})"))
 
 
 def _interpolated_names(value: Any) -> set[str]:
@@ -314,7 +315,7 @@ def check_call(factory: Callable, options: Mapping[str, Any], path: str, what: s
             raise ConfigError(f"{path}.{key}{where}._target_", f"{what} takes plain values here, not a class to build "
                               f"({_target_of(value, where)!r}): hydra's instantiate would build it, unchecked")
         if key not in params and not takes_any:
-            raise unknown_key(f"{path}.{key}", key, f"{what} {verb} no option {key!r}", sorted(params))
+            raise UnknownKeyError(f"{path}.{key}", key, f"{what} {verb} no option {key!r}", sorted(params))
         if value is not None and key in params:
             default = params[key]
             check_type(value, implied_type(default), f"{path}.{key}", hint=f"{what} has {key}={default!r} by default")

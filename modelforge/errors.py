@@ -71,17 +71,6 @@ class ConfigError(ModelforgeError, ValueError):
         super().__init__("\n".join(lines))
 
 
-def unknown_key(path: str, key: object, problem: str, allowed: Iterable[object], *, none: str | None = "no options",
-                hint: str | Callable[[list[str]], str | None] | None = None) -> ConfigError:
-    """The one error for a key that is not one of ``allowed``: at ``path`` (the key's own), ``problem`` in words
-    (``optim Adam has no option 'lrr'``), the names allowed (``none`` when there are none) and the closest one.
-    ``hint`` may be a function of the closest names (``[]`` when none is close)."""
-    names = [str(name) for name in allowed]
-    guess = closest_names(str(key), names)
-    return ConfigError(path, problem, allowed=names or none, suggestions=guess,
-                       hint=hint(guess) if callable(hint) else hint)
-
-
 class UnknownNameError(ConfigError):
     """A name was looked up in a registry (or a list of choices) that does not hold it."""
 
@@ -89,6 +78,20 @@ class UnknownNameError(ConfigError):
         self.kind, self.name = kind, name
         names = sorted(str(c) for c in choices)
         super().__init__(path, f"unknown {kind} {name!r}", allowed=names, suggestions=closest_names(str(name), names))
+
+
+class UnknownKeyError(ConfigError):
+    """The one error for a key that is not one of ``allowed``: at ``path`` (the key's own), ``problem`` in words
+    (``optim Adam has no option 'lrr'``), the names allowed (``none`` when there are none) and the closest one.
+    ``hint`` may be a function of the closest names (``[]`` when none is close)."""
+
+    def __init__(self, path: str, key: object, problem: str, allowed: Iterable[object], *,
+                 none: str | None = "no options", hint: str | Callable[[list[str]], str | None] | None = None) -> None:
+        self.key = key
+        names = [str(name) for name in allowed]
+        guess = closest_names(str(key), names)
+        super().__init__(path, problem, allowed=names or none, suggestions=guess,
+                         hint=hint(guess) if callable(hint) else hint)
 
 
 class DataError(ModelforgeError):

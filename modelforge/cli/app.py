@@ -425,7 +425,7 @@ def _unknown_key(cause: omegaconf_errors.OmegaConfBaseException, cmd: CommandLin
     else:  # a structured config (as Hydra's own) takes no new key; the top level (TrainConfig) does
         adds = not parent or OmegaConf.get_type(node) is dict
         hint = f"to add a key that is not in the config, write +{full}=..." if adds else None
-    return errors.unknown_key(missing, key, error.problem, keys, none=None, hint=hint)
+    return errors.UnknownKeyError(missing, key, error.problem, keys, none=None, hint=hint)
 
 
 def _search_space_hint(typed: Override) -> str | None:  # for hydra.sweeper.params.KEY=...

@@ -20,7 +20,7 @@ from typing import Any, Union
 from torch import nn
 
 from modelforge.config_types import check_type
-from modelforge.errors import ConfigError, unknown_key
+from modelforge.errors import ConfigError, UnknownKeyError
 
 
 def _named_params(func: Callable) -> tuple[list[str], bool] | None:
@@ -75,7 +75,7 @@ def check_kwargs(factory: Callable, kwargs: Mapping[str, Any], path: str, what: 
         return
     for key in kwargs:
         if key not in allowed:
-            raise unknown_key(f"{path}.{key}" if path else key, key, f"{what} takes no option {key!r}", allowed)
+            raise UnknownKeyError(f"{path}.{key}" if path else key, key, f"{what} takes no option {key!r}", allowed)
 
 
 def split_spec(spec: Any, path: str, what: str) -> tuple[Any, dict[str, Any]]:
@@ -159,7 +159,8 @@ def check_arg_types(factory: Callable, args: Mapping[str, Any], path: str,
             continue
         value = args[key]
         if isinstance(value, str) and bool not in _arms(tp):
-            hint = f"{key} takes a whole number: a word that names no parameter stays a word (is a parameter's name misspelt?)"
+            hint = (f"{key} takes a whole number: a word that names no parameter stays a word "
+                    "(is a parameter's name misspelt?)")
         elif isinstance(value, float):
             hint = f"{key} takes a whole number: compute it with // and whole numbers (c * 3 // 2 rather than c * 1.5)"
         else:

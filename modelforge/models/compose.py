@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from modelforge.config import bound_yaml_file, conf_dir, config_groups, yaml_file_error
 from modelforge.config_shadows import check_not_shadowed, selected_configs, unread_file_error, user_yaml_files
-from modelforge.errors import ConfigError, closest_names, unknown_key
+from modelforge.errors import ConfigError, UnknownKeyError, closest_names
 from modelforge.models.definitions import defaults_cycle, missing_defaults_hint
 
 _HYDRA_PREFIXES = "~+"
@@ -84,7 +84,7 @@ def _refused(exc: Exception, name: str, overrides: Sequence[str], folders: Seque
         verb = "delete" if "delete" in message else "override"
         hint = (missing_defaults_hint(name, folders) if not parent else None) or (
             f"to add a key the model does not have, write +{key}=..." if verb == "override" else None)
-        return unknown_key(key, last, f"cannot {verb} it: model {name!r} has no key {last!r}"
+        return UnknownKeyError(key, last, f"cannot {verb} it: model {name!r} has no key {last!r}"
                            + (f" at {parent!r}" if parent else ""), keys, none=None, hint=hint)
     if unread := unread_file_error(folders[1:], f"model/{name}"):
         return unread

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from modelforge.errors import ConfigError, ModelforgeError, unknown_key
+from modelforge.errors import ConfigError, ModelforgeError, UnknownKeyError
 from modelforge.layers.batch_dim import check_batch_dim, output_has_batch_first
 from modelforge.layers.expressions import evaluate, names_in, resolve_args
 from modelforge.layers.kwargs import check_arg_types, check_kwargs
@@ -133,7 +133,7 @@ def _check_forward_kwargs(kind: type, n_inputs: int, kwargs: Mapping[str, Any], 
     allowed = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for key in kwargs:
         if key not in allowed:
-            raise unknown_key(f"{path}.{key}", key, f"the forward of {what} takes no keyword argument {key!r}"
+            raise UnknownKeyError(f"{path}.{key}", key, f"the forward of {what} takes no keyword argument {key!r}"
                               + (f" beside its {n_inputs} input(s)" if n_inputs else ""), allowed, none="none")
 
 
@@ -393,7 +393,7 @@ class GraphBuilder:
         params = composite.config.params
         for key in args:
             if key not in params:
-                raise unknown_key(f"{node_path}.args.{key}", key, f"composite block {composite.name!r} has no "
+                raise UnknownKeyError(f"{node_path}.args.{key}", key, f"composite block {composite.name!r} has no "
                                   f"parameter {key!r}", params, none="no parameters")
         first = inputs[0] if inputs and isinstance(inputs[0], Tensor) else None
         scope: dict[str, Any] = {}

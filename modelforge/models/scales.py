@@ -21,7 +21,7 @@ from typing import Any
 
 from modelforge.config import require_positive
 from modelforge.config_types import check_type
-from modelforge.errors import ConfigError, closest_names, unknown_key
+from modelforge.errors import ConfigError, UnknownKeyError, closest_names
 from modelforge.layers.expressions import names_in
 
 WIDTH_ARG = "out_channels"  # the width argument of every block; a composite names more in its `widths`
@@ -70,7 +70,7 @@ def _one_scale(spec: Any, path: str) -> Scale:
     fields = ("depth", "width", "max_channels")
     for key in spec:
         if key not in fields:
-            raise unknown_key(f"{path}.{key}", key, f"a scale has no option {key!r}", fields)
+            raise UnknownKeyError(f"{path}.{key}", key, f"a scale has no option {key!r}", fields)
     for key in ("depth", "width"):
         if key in spec:
             check_type(spec[key], float, f"{path}.{key}")

@@ -32,7 +32,7 @@ from optuna.distributions import (
 )
 from optuna.trial import Trial
 
-from modelforge.errors import ConfigError, closest_names, unknown_key
+from modelforge.errors import ConfigError, UnknownKeyError, closest_names
 
 SPACE_PATH = "hydra.sweeper.params"
 CONDITIONS_PATH = "hydra.sweeper.conditions"
@@ -129,7 +129,7 @@ def parse_conditions(conditions: Mapping[str, Any] | None, space: Mapping[str, B
         if _bare(written) in fixed_values:
             continue
         if (key := searched.get(_bare(written))) is None:
-            raise unknown_key(path, written, "only a searched key can be conditional", sorted(space))
+            raise UnknownKeyError(path, written, "only a searched key can be conditional", sorted(space))
         if not isinstance(when, Mapping) or not when:
             raise ConfigError(path, f"expected {{KEY: VALUE or [VALUES]}}, got {when!r}",
                               hint=f"e.g. {written}: {{model.nodes.c3.block: yolo_bottleneck}}")
@@ -138,7 +138,7 @@ def parse_conditions(conditions: Mapping[str, Any] | None, space: Mapping[str, B
             other = _bare(str(other))
             if other == _bare(key) or (other not in searched and other not in fixed_values):
                 known = [k for k in (*searched, *fixed_values) if k != _bare(key)]
-                raise unknown_key(f"{path}.{other}", other, "a condition reads another key of the search, searched or "
+                raise UnknownKeyError(f"{path}.{other}", other, "a condition reads another key of the search, searched or "
                                   "fixed", sorted(known))
             wanted = [_text(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
             # A fixed key takes one value: its condition holds in every trial or in none.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelforge.errors import ConfigError, UnknownNameError, unknown_key
+from modelforge.errors import ConfigError, UnknownKeyError, UnknownNameError
 from modelforge.files.paths import check_writable
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def _options(kind: str, class_name: str, options: Mapping[str, Any] | None) -> d
     accepted = sorted(set(inspect.signature(cls).parameters) - {"self", "seed", "search_space"})
     for key in options:
         if key not in accepted:
-            raise unknown_key(f"{SWEEPER}.{kind}_options.{key}", key, f"{class_name} takes no argument {key!r}",
+            raise UnknownKeyError(f"{SWEEPER}.{kind}_options.{key}", key, f"{class_name} takes no argument {key!r}",
                               accepted, hint="the seed is hydra.sweeper.seed" if key == "seed" else None)
     return options
 

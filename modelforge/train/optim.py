@@ -34,9 +34,9 @@ from modelforge.config import (
 from modelforge.config_types import check_type, fits
 from modelforge.errors import (
     ConfigError,
+    UnknownKeyError,
     UnknownNameError,
     closest_globs,
-    unknown_key,
 )
 from modelforge.registry import OPTIMIZERS, SCHEDULERS
 
@@ -73,7 +73,7 @@ def _optimizer_options(optim_cfg: Mapping[str, Any]) -> tuple[Any, dict[str, Any
     for glob, settings in groups.items():
         for key, value in settings.items():
             if key not in _GROUP_KEYS:
-                raise unknown_key(f"optim.param_groups.{glob}.{key}", key, f"no setting {key!r}", _GROUP_KEYS)
+                raise UnknownKeyError(f"optim.param_groups.{glob}.{key}", key, f"no setting {key!r}", _GROUP_KEYS)
             require_positive(value, f"optim.param_groups.{glob}.{key}") if key == "lr_mult" else None
     check_call(cls, options, "optim", f"optim {cls.__name__}", skip=("params",), verb="has")
     # torch checks these too, but its words name no config key.

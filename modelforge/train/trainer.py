@@ -21,7 +21,7 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from modelforge.config import resolve_target
 from modelforge.config_types import check_type
 from modelforge.data.build import build_datamodule  # noqa: F401 - run.py imports it from here
-from modelforge.errors import ConfigError, UnknownNameError, unknown_key
+from modelforge.errors import ConfigError, UnknownKeyError, UnknownNameError
 from modelforge.report.console import verbose
 from modelforge.report.progress import progress_bar
 from modelforge.train import checkpoints as ckpts
@@ -165,7 +165,7 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
         if key in RESERVED_TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}", "is set by modelforge", hint=RESERVED_TRAINER_KEYS[key])
         if key not in accepted:
-            raise unknown_key(f"trainer.{key}", key, f"pl.Trainer takes no argument {key!r}", sorted(accepted))
+            raise UnknownKeyError(f"trainer.{key}", key, f"pl.Trainer takes no argument {key!r}", sorted(accepted))
         check_type(value, accepted[key], f"trainer.{key}")
     check_accelerator(options)
     # Lightning's own value checks (ranges, combinations such as max_epochs=-5), before any run
