@@ -48,7 +48,7 @@ from modelforge.train.trainer import (
     check_trainer_options,
     resolved_device,
 )
-from modelforge.train.transfer import Transfer, apply_transfer
+from modelforge.train.transfer import Transfer, TransferPlan, apply_transfer
 
 # What ClassifierModule logs at each validation of a classifier: what picks the best checkpoint, and what
 # train() returns for sweepers (another task's: tasks.task_monitors).
@@ -116,7 +116,8 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
         network = build_checked_model(model, seed=seed, files=context.model_files)
     task.check_model(network, datamodule)  # the builders build any output: the task's, at the data's shapes
     # Before the optimizer's check: its param_groups see only the parameters left trainable.
-    transfer = apply_transfer(plain, network, resuming=ckpt_path is not None)
+    plan = TransferPlan(plain["init"], plain["freeze"], plain["freeze_bn"], plain.get("data"))
+    transfer = apply_transfer(plan, network, resuming=ckpt_path is not None)
     validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
     if plain["cuda_graph"]:  # before Lightning's checks: devices=-1 or "0,1" is refused for what it asks, anywhere

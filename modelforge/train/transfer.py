@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -145,20 +145,38 @@ def _first(names: tuple[str, ...] | list[str]) -> str:
     return ", ".join(names[:SHOWN]) + more
 
 
-def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bool = False) -> Transfer:
-    """Apply ``init``, ``freeze`` and ``freeze_bn`` of a run config (typed by TrainConfig: ``typed_train_config``)
-    to its built ``model``, checking what the schema cannot type (``init.map``, ``freeze``) and the files.
+@dataclass
+class TransferPlan:
+    """``init``, ``freeze`` and ``freeze_bn`` of a run config (typed by TrainConfig), checked when made where the
+    schema cannot type them (``init.map``, ``freeze``): what :func:`apply_transfer` does to a built model.
+    ``data``: the run's data options (a torchvision file's preprocessing is compared with them)."""
+
+    init: InitVar[Mapping[str, Any] | None]
+    freeze: Any = ()
+    freeze_bn: bool = True
+    data: Mapping[str, Any] | None = None
+    source: str | None = field(init=False)
+    mapping: dict[str, str | None] = field(init=False)
+    strict: bool = field(init=False)
+
+    def __post_init__(self, init: Mapping[str, Any] | None) -> None:
+        init = init or {}
+        self.source, self.mapping, self.strict = init.get("from"), init.get("map") or {}, bool(init.get("strict"))
+        check_type(self.mapping, dict[str, Any], "init.map")
+        for glob, target in self.mapping.items():
+            check_type(target, str | None, f"init.map.{glob}")
+        self.freeze = [self.freeze] if isinstance(self.freeze, str) else self.freeze or []
+        check_type(self.freeze, list[str], "freeze")
+
+
+def apply_transfer(plan: TransferPlan | Mapping[str, Any], model: nn.Module, *, resuming: bool = False) -> Transfer:
+    """Apply a :class:`TransferPlan` (or the run config to read one from) to its built ``model``, checking the files.
 
     A resumed run (``resuming``) takes its weights from ``ckpt_path``: ``init.from`` is checked, not loaded.
     """
-    init = run_cfg.get("init") or {}
-    source, mapping, strict = init.get("from"), init.get("map") or {}, bool(init.get("strict"))
-    check_type(mapping, dict[str, Any], "init.map")
-    for glob, target in mapping.items():
-        check_type(target, str | None, f"init.map.{glob}")
-    globs = run_cfg.get("freeze") or []
-    globs = [globs] if isinstance(globs, str) else globs
-    check_type(globs, list[str], "freeze")
+    if isinstance(plan, Mapping):
+        plan = TransferPlan(plan.get("init"), plan.get("freeze"), plan.get("freeze_bn", True), plan.get("data"))
+    source, mapping, strict, globs = plan.source, plan.mapping, plan.strict, plan.freeze
     report, skipped = None, None
     if is_torchvision_source(source):
         torchvision_weights(source)  # a name torchvision has, checked before any download
@@ -172,11 +190,11 @@ def apply_transfer(run_cfg: Mapping[str, Any], model: nn.Module, *, resuming: bo
             raise CheckpointError(f"init.from: no checkpoint file at {found}")
         skipped = f"{found} not loaded: this run resumes from ckpt_path, whose weights it continues"
     elif source is not None:
-        report = load_init_weights(model, source, mapping, strict, data=run_cfg.get("data"))
+        report = load_init_weights(model, source, mapping, strict, data=plan.data)
     elif mapping or strict:
         raise ConfigError("init.map" if mapping else "init.strict", "applies to the weights of init.from, which is unset",
                           hint="init.from=RUN_DIR_OR_FILE")
-    return Transfer(report, freeze(model, globs, run_cfg.get("freeze_bn", True)), skipped)
+    return Transfer(report, freeze(model, globs, plan.freeze_bn), skipped)
 
 
 # --- init.from ---------------------------------------------------------------------------------
