@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +44,14 @@ def check_compile_options(backend: str, mode: str | None) -> None:
         raise UnknownNameError("compile mode", mode, modes, path="compile_mode")
 
 
-def check_compile(config: Mapping[str, Any]) -> None:
-    """The compile options of a typed run config (``trainer.accelerator`` resolved), before any work: names torch
-    has; the ``cudagraphs`` backend only on a CUDA GPU (elsewhere it captures nothing, and torch prints a warning
-    block per graph); and, for ``compile=true`` with inductor, the compilers its generated code needs."""
-    backend, mode = config["compile_backend"], config["compile_mode"]
+def check_compile(enabled: bool, backend: str, mode: str | None, accelerator: str) -> None:
+    """A run's ``compile`` (``enabled``), ``compile_backend`` and ``compile_mode`` (typed by TrainConfig) on its
+    resolved ``trainer.accelerator``, before any work: names torch has; the ``cudagraphs`` backend only on a CUDA GPU
+    (elsewhere it captures nothing, and torch prints a warning block per graph); and, for ``compile=true`` with
+    inductor, the compilers its generated code needs."""
     check_compile_options(backend, mode)
-    if not config.get("compile"):
+    if not enabled:
         return
-    accelerator = str((config.get("trainer") or {}).get("accelerator") or "cpu")
     if backend == "cudagraphs" and accelerator != "gpu":
         raise ConfigError("compile_backend", f"'cudagraphs' captures CUDA graphs, and this run trains on {accelerator}",
                           allowed=[b for b in BACKENDS if b != "cudagraphs"],

@@ -128,7 +128,8 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
     divergence_bound(plain)
-    check_compile(plain)
+    check_compile(plain["compile"], plain["compile_backend"], plain["compile_mode"],
+                  str(plain["trainer"].get("accelerator") or "cpu"))
     # Read and checked here, once (train resumes from what was read): a bad file leaves no run directory.
     ckpt_path, checkpoint = resume_checkpoint(ckpt_path, network, plain) if ckpt_path is not None else (None, None)
     if plain["cuda_graph"]:
