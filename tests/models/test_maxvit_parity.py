@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from modelforge import create_model
+from modelforge import ConfigError, create_model
 from modelforge.train.transfer import apply_transfer
 from tests.helpers.parity import assert_drawn_alike, n_params, torchvision_models
 
@@ -113,3 +113,15 @@ def test_a_small_maxvit_initialises_as_torchvisions() -> None:
                                                 *SMALL_OVERRIDES], seed=seed))
     assert {"Conv2d.weight", "Conv2d.bias", "Linear.weight", "BatchNorm2d.weight", "table"} <= set(
         assert_drawn_alike(models, references))
+
+
+def test_a_size_whose_maps_the_window_does_not_divide_is_refused_at_build() -> None:
+    """At 64x64 the first stage's map is 16x16, which 7x7 windows do not divide (torchvision's constructor refuses it
+    too): one error naming the node, before any batch."""
+    with pytest.raises(ConfigError, match=r"^model.blocks.partition_attention.nodes.split: node 'split' cannot reshape "
+                                          r"16384 values per sample to \[64, 2, 7, 2, 7\]: input \[2, 64, 16, 16\] "
+                                          r"\[in model.blocks.maxvit_layer.nodes.window_attention\] "
+                                          r"\[in model.nodes.stage1\[0\]\]"):
+        create_model("maxvit_t", ["in_channels=3", "input_size=[64,64]"])
+    with pytest.raises(ValueError, match="is not divisible by partition size 7"):
+        MaxVit(input_size=(64, 64), stochastic_depth_prob=0.2, **MAXVIT_T)
