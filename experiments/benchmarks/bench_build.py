@@ -1,19 +1,21 @@
 """Build time: the model language against torchvision's own constructors, at 224x224 and 512x512.
 
-Five models, each built three ways in one process, interleaved by ``run.py --only build``:
+Seven models, each built three ways in one process, interleaved by ``run.py --only build``:
 
 - torchvision 0.28's constructor, ``torchvision.models.NAME()`` (weights=None, 1000 classes, its own init;
-  ViT-B/16 at 512x512: ``vit_b_16(image_size=512)``, whose position embedding has a row per patch);
+  ViT-B/16 at 512x512: ``vit_b_16(image_size=512)``, whose position embedding has a row per patch; MaxViT-T
+  ``maxvit_t(input_size=(S, S))`` at 224x224 and 448x448: its windows must divide every stage's map, which 512's
+  do not);
 - ``build_model`` of the config ``compose_model_config`` gives for it (a fresh copy each time);
 - ``create_model(NAME, ["in_channels=3", "n_classes=1000", "input_size=[S,S]"])``: Hydra's compose, then the
   build (every call composes).
 
-The models: resnet50, vit_b_16, convnext_tiny, mobilenet_v3_small and swin_t from conf/model/, and densenet121, a deep
+The models: resnet50, vit_b_16, convnext_tiny, mobilenet_v3_small, swin_t and maxvit_t from conf/model/, and densenet121, a deep
 concatenation graph written in YAML for this benchmark (configs/model/densenet121.yaml: 58 dense layers, each
 reading every earlier output of its block). Before any timing each built model is checked against
 torchvision's: the same parameter count, and at 224x224 the same outputs once torchvision's weights are
 copied in (loaded as ``init.from`` loads them: paired by structure), compared on
-2x3x64x64 (ViT: 224x224). The benchmark imports nothing from tests/: it runs against an installed modelforge.
+2x3x64x64 (ViT and MaxViT, whose sizes are fixed when built: 224x224). The benchmark imports nothing from tests/: it runs against an installed modelforge.
 
 A graph's build runs each block on an empty batch (shapes without arithmetic), so its time should not depend on
 the input size: the table gives build_model at 512 over build_model at 224.
@@ -35,12 +37,19 @@ import torch
 from torch import nn
 
 CONFIGS = Path(__file__).resolve().parent / "configs"  # densenet121.yaml and its blocks
-MODELS = ("resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "swin_t", "densenet121")
+MODELS = ("resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "swin_t", "maxvit_t", "densenet121")
 SIDES = (224, 512)
+FIXED_SIZE = ("vit_b_16", "maxvit_t")  # built for one input size: compared at 224x224
 TORCHVISION, BUILD = "torchvision's constructor", "build_model (composed config)"
 CREATE = "create_model (Hydra composes, then builds)"
 # where `pip install --no-deps --target` puts torchvision beside a CPU-only environment (docs/zoo.md)
 TORCHVISION_BESIDE = Path(sys.prefix) / "torchvision-tests"
+
+
+def model_sides(name: str) -> tuple[int, int]:
+    """The two input sides a model is timed at: 224 and 512, or 448 for MaxViT (7x7 windows of a 512 image's maps
+    at stride 32 would not divide 16)."""
+    return (224, 448) if name == "maxvit_t" else SIDES
 
 
 def overrides(side: int) -> list[str]:
@@ -76,7 +85,8 @@ def torchvision_models() -> types.ModuleType:
 def torchvision_model(name: str, side: int) -> nn.Module:
     """torchvision's constructor (ViT takes the image size: its position embedding holds a row per patch)."""
     make = getattr(torchvision_models(), name)
-    return make(image_size=side) if name == "vit_b_16" else make()
+    return make(image_size=side) if name == "vit_b_16" else make(input_size=(side, side)) if name == "maxvit_t" \
+        else make()
 
 
 def compose(name: str, side: int) -> dict[str, Any]:
@@ -95,7 +105,7 @@ def check(name: str, side: int, cfg: dict[str, Any], outputs: bool = True) -> di
     counts = {n: sum(p.numel() for p in m.parameters()) for n, m in (("built", built), ("torchvision", reference))}
     assert len(set(counts.values())) == 1, f"{name} at {side}: parameter counts differ: {counts}"
     if side == 224 and outputs:
-        x = torch.randn(2, 3, *((224, 224) if name == "vit_b_16" else (64, 64)))
+        x = torch.randn(2, 3, *((224, 224) if name in FIXED_SIZE else (64, 64)))
         _load_through_init_from(reference, built)
         built.eval(), reference.eval()
         with torch.no_grad():

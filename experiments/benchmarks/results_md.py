@@ -130,13 +130,14 @@ def _build(r: dict) -> list[str]:
     return [*rows, "", "`python experiments/benchmarks/run.py --only build`: each model built in one process, "
             f"{r['rounds']} interleaved rounds (bench_build.py): "
             "torchvision 0.28's constructor (`torchvision.models.NAME()`, its own init; ViT-B/16 at 512: "
-            "`vit_b_16(image_size=512)`), `build_model` of the config that `create_model` composes (a fresh copy "
+            "`vit_b_16(image_size=512)`; MaxViT-T at 224 and 448, `maxvit_t(input_size=(S, S))`: its windows divide "
+            "no 512 image's maps), `build_model` of the config that `create_model` composes (a fresh copy "
             "each round), and `create_model(NAME, ['in_channels=3', 'n_classes=1000', 'input_size=[S,S]'])`, "
             f"{how_create}. densenet121 is written in YAML for the benchmark "
             "(experiments/benchmarks/configs/model/densenet121.yaml). Every model is checked first: the same parameters "
             "as torchvision's, and at 224x224 the same outputs with torchvision's weights copied in. Ratios: the "
-            "median over rounds of side / constructor (lowest-highest round in brackets); build 512 / 224: the medians "
-            f"of build_model at each size. {r['threads']} threads.{_calls_per_round(r)}"]
+            "median over rounds of side / constructor (lowest-highest round in brackets); build 512 / 224 (maxvit_t: 448 / 224): the "
+            f"medians of build_model at each size. {r['threads']} threads.{_calls_per_round(r)}"]
 
 
 def _calls_per_round(r: dict) -> str:

@@ -15,7 +15,8 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
 - ``startup``: ``--help``, ``list``, ``summary``, and ``train`` to its first step, vs ``python -c "import torch"``
   and vs ``import torch, hydra.main, omegaconf`` (what any Hydra app on torch imports before it starts).
 - ``build``: ``build_model`` and ``create_model`` vs torchvision's own constructor for resnet50, vit_b_16,
-  convnext_tiny, mobilenet_v3_small and a DenseNet-121 written in YAML, at 224x224 and 512x512 (bench_build.py).
+  convnext_tiny, mobilenet_v3_small, swin_t, maxvit_t (224x224 and 448x448) and a DenseNet-121 written in YAML, at
+  224x224 and 512x512 (bench_build.py).
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
 - ``gpu``: the GPU path (precisions, channels_last, compile, a large-batch recipe, DDP over NCCL,
@@ -260,15 +261,15 @@ def startup(args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------- build
 def build(args: argparse.Namespace) -> dict:
-    """build_model and create_model vs torchvision's constructor, five models at 224 and 512 (interleaved)."""
+    """build_model and create_model vs torchvision's constructor, seven models at 224 and 512 (interleaved)."""
     import torch
-    from bench_build import BUILD, CREATE, MODELS, SIDES, TORCHVISION, calls_for, check, compose, overrides, sides
+    from bench_build import BUILD, CREATE, MODELS, TORCHVISION, calls_for, check, compose, model_sides, overrides, sides
 
     rounds = 1 if args.smoke else 3 if args.quick else 7
     chosen = MODELS[-1:] if args.smoke else MODELS  # smoke: the densenet graph alone, its code path
     models = {}
     for name in chosen:
-        for side in SIDES:
+        for side in model_sides(name):
             cfg = compose(name, side)
             shape = check(name, side, cfg, outputs=not args.smoke)  # same parameters (and outputs) before timing
             warm = {s: run() for s, run in sides(name, side, cfg).items()} if not args.smoke else {}
@@ -281,7 +282,7 @@ def build(args: argparse.Namespace) -> dict:
                 "ratios": {s: summary([a / b for a, b in zip(v["s"], values[TORCHVISION]["s"])])
                            for s, v in values.items() if s != TORCHVISION}}
     for name in chosen:  # build time at 512 over build time at 224 (medians): the same when shapes cost nothing
-        small, large = models[f"{name} {SIDES[0]}"], models[f"{name} {SIDES[1]}"]
+        small, large = (models[f"{name} {side}"] for side in model_sides(name))
         large["vs_224"] = large["figures"][BUILD]["median"] / small["figures"][BUILD]["median"]
     return {"threads": torch.get_num_threads(), "rounds": rounds, "sides": [TORCHVISION, BUILD, CREATE],
             "models": models}

@@ -17,8 +17,10 @@ from modelforge.registry import INITIALIZERS
 
 TensorInit = Callable[[torch.Tensor], Any]
 
-# Which rule of the init config applies to which parameter.
-INIT_RULES = ("conv", "linear", "bias", "norm")
+# Which rule of the init config applies to which parameter. ``conv_bias`` and ``linear_bias``, when given, take
+# the place of ``bias`` for those layers: torchvision's Swin zeroes its linear biases and keeps torch's for its conv.
+INIT_RULES = ("conv", "linear", "bias", "norm", "conv_bias", "linear_bias")
+_OWN_BIAS = {"conv_bias": "conv", "linear_bias": "linear"}
 
 
 @INITIALIZERS.register("default")
@@ -117,7 +119,8 @@ def make_init_fn(init_cfg: Mapping[str, Any], path: str = "model.init") -> Calla
     """Turn an init config into a function for ``model.apply``.
 
     Rules: ``conv`` and ``linear`` fill those layers' weights, ``bias`` their
-    biases, ``norm`` the weights (scales) of normalization layers.
+    biases (``conv_bias``, ``linear_bias``: those of one kind, in its place), ``norm`` the weights (scales) of
+    normalization layers.
     """
     return _init_module(_rules(init_cfg, path))
 
@@ -129,15 +132,19 @@ def make_block_init(init_cfg: Mapping[str, Any], path: str = "model.init") -> Ca
 
 
 def _rules(init_cfg: Mapping[str, Any], path: str) -> dict[str, TensorInit | None]:
-    return {key: make_initializer(init_cfg.get(key, "default"), f"{path}.{key}") for key in INIT_RULES}
+    rules = {key: make_initializer(init_cfg.get(key, "default"), f"{path}.{key}") for key in INIT_RULES
+             if key not in _OWN_BIAS}
+    for key in _OWN_BIAS:  # unset: the bias rule; "default": PyTorch's, whatever the bias rule says
+        rules[key] = make_initializer(init_cfg[key], f"{path}.{key}") if key in init_cfg else rules["bias"]
+    return rules
 
 
 def _init_module(rules: Mapping[str, TensorInit | None]) -> Callable[[nn.Module], None]:
     def init_module(module: nn.Module) -> None:
         if isinstance(module, nn.modules.conv._ConvNd):
-            weight_rule = rules["conv"]
+            weight_rule, bias_rule = rules["conv"], rules["conv_bias"]
         elif isinstance(module, nn.Linear):
-            weight_rule = rules["linear"]
+            weight_rule, bias_rule = rules["linear"], rules["linear_bias"]
         elif isinstance(module, _NORMS):
             weight_rule = rules["norm"]
             if weight_rule and module.weight is not None:
@@ -147,8 +154,8 @@ def _init_module(rules: Mapping[str, TensorInit | None]) -> Callable[[nn.Module]
             return
         if weight_rule:
             weight_rule(module.weight)
-        if rules["bias"] and module.bias is not None:
-            rules["bias"](module.bias)
+        if bias_rule and module.bias is not None:
+            bias_rule(module.bias)
 
     return init_module
 

@@ -148,10 +148,17 @@ class Reshape(nn.Module):
         return x.reshape(x.shape[0], *sizes)
 
     def check_shapes(self, shapes: Sequence[Sequence[int]]) -> str | None:
-        """Each 0 keeps a size the input has."""
-        kept = self._lead + self._trail
-        if len(shapes) == 1 and kept > len(shapes[0]) - 1:
-            return f"keeps {kept} sizes of its input (the 0s of {self.shape}), but its input has {len(shapes[0]) - 1}:"
+        """Each 0 keeps a size the input has, and the sizes hold a sample's values (a -1: a whole number of them).
+        Checked here, as the empty batch a graph is built on takes any shape: [0, 64, 2, 7, 2, 7] from [0, 64, 16, 16]."""
+        if len(shapes) != 1:
+            return None
+        kept, sample = self._lead + self._trail, list(shapes[0][1:])
+        if kept > len(sample):
+            return f"keeps {kept} sizes of its input (the 0s of {self.shape}), but its input has {len(sample)}:"
+        sizes, values = self._sizes(sample) if kept else list(self.shape), math.prod(sample)
+        known = math.prod(s for s in sizes if s != -1)
+        if (known != values) if -1 not in sizes else (known == 0 or values % known != 0):
+            return f"cannot reshape {values} values per sample to {sizes}:"
         return None
 
     def extra_repr(self) -> str:

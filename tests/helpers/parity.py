@@ -50,7 +50,6 @@ def import_torchvision_models() -> types.ModuleType:
     return models
 
 
-
 def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -146,3 +145,36 @@ def randomize(model: nn.Module, x: Tensor) -> None:
         if id(parameter) not in normed and parameter.numel() > 1 and bool((parameter == parameter.flatten()[0]).all()):
             parameter.normal_(0.0, 0.1)
     randomize_norms(model, tuple(x.shape))
+
+
+def parameter_groups(model: nn.Module) -> dict[str, Tensor]:
+    """Every parameter pooled by what it is: a layer kind's weights or biases (``Conv2d.bias``), or ``table``, the
+    relative position bias tables (torchvision's attribute, the language's ``parameter`` node)."""
+    groups: dict[str, list[Tensor]] = {}
+    for module in model.modules():
+        for name, parameter in module.named_parameters(recurse=False):
+            table = "table" in name or type(module).__name__ == "LearnedTensor"
+            groups.setdefault("table" if table else f"{type(module).__name__}.{name}", []).append(
+                parameter.detach().flatten())
+    return {kind: torch.cat(tensors) for kind, tensors in groups.items()}
+
+
+def assert_drawn_alike(ours: list[nn.Module], theirs: list[nn.Module]) -> dict[str, Tensor]:
+    """Our models' parameters, group by group (pooled over the models: several seeds), drawn as the references'
+    are: the same groups and sizes; a constant group equal; a random one of the same mean and spread (within ten
+    standard errors) and the same largest size within 25%. Returns our groups."""
+    pooled = [{k: torch.cat([parameter_groups(m)[k] for m in models]) for k in parameter_groups(models[0])}
+              for models in (ours, theirs)]
+    mine, reference = pooled
+    assert set(mine) == set(reference)
+    for kind, expected in reference.items():
+        got = mine[kind]
+        assert got.numel() == expected.numel(), kind
+        if expected.std() == 0:  # zeros, ones: the same constant
+            assert torch.equal(got, expected), kind
+            continue
+        error = 10 * expected.std().item() / got.numel() ** 0.5  # a difference of two estimates: five errors each
+        assert abs(got.mean().item() - expected.mean().item()) < error, kind
+        assert abs(got.std().item() - expected.std().item()) < error, kind
+        assert 0.8 < got.abs().max().item() / expected.abs().max().item() < 1.25, kind
+    return mine

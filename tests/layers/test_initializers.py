@@ -30,6 +30,23 @@ def test_rules_per_module_kind() -> None:
     assert torch.all(net[1].weight == 2.0)
 
 
+def test_a_bias_rule_of_one_kind_takes_the_place_of_bias() -> None:
+    """conv_bias or linear_bias, when given, rule that kind's biases ("default": PyTorch's); unset, bias rules them."""
+    torch.manual_seed(0)
+    kept = _net()[0].bias.clone()
+    torch.manual_seed(0)
+    net = initialize(_net(), {"bias": "zeros", "conv_bias": "default"})
+    assert torch.equal(net[0].bias, kept) and torch.all(net[3].bias == 0)
+    net = initialize(_net(), {"bias": "zeros", "linear_bias": {"name": "constant", "val": 0.5}})
+    assert torch.all(net[0].bias == 0) and torch.all(net[3].bias == 0.5)
+
+
+def test_an_unknown_rule_names_the_rules() -> None:
+    with pytest.raises(ConfigError, match=r"model.init.conv_bais: no init rule 'conv_bais'[\s\S]*did you mean 'conv_bias'"):
+        build_model({"name": "graph", "nodes": {"c": {"block": "nn.Conv2d", "args": {"out_channels": 2}}},
+                     "init": {"conv_bais": "zeros"}})
+
+
 def test_normal_std_is_respected() -> None:
     net = nn.Linear(1000, 1000)
     initialize(net, {"linear": {"name": "normal", "std": 0.02}})

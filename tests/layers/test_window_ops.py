@@ -63,6 +63,16 @@ def test_reshape_keeps_the_sizes_its_zeros_name_at_any_input_size() -> None:
     del shuffle
 
 
+def test_reshape_refuses_sizes_that_do_not_hold_a_sample() -> None:
+    """The empty batch a graph is built on reshapes to anything: the sizes are checked against a sample's values
+    (maxvit_t at 64x64: 7x7 windows of a 16x16 map, [C, 2, 7, 2, 7], were built and failed at the first batch)."""
+    assert Reshape([0, 2, 7, 2, 7]).check_shapes([[2, 64, 16, 16]]) == (
+        "cannot reshape 16384 values per sample to [64, 2, 7, 2, 7]:")
+    assert Reshape([-1, 5]).check_shapes([[2, 3, 4]]) == "cannot reshape 12 values per sample to [-1, 5]:"
+    assert Reshape([0, 2, 8, 2, 8]).check_shapes([[2, 64, 16, 16]]) is None
+    assert Reshape([2, -1, 0, 0]).check_shapes([[2, 8, 5, 3]]) is None
+
+
 def test_unbind_sum_neg_and_scalar_arithmetic() -> None:
     x = torch.randn(2, 3, 4)
     q, k, v = Unbind(1)(x)

@@ -17,7 +17,8 @@ EXPECTED = {
     "graph": {"stem": (32, 1), "down1": (64, 2), "skip2": (64, 2)},
     "graph_nn": {"stem": (16, 1), "body": (32, 4)},
     "lenet5": {"a1": (6, 1), "s2": (6, 2), "s4": (16, 4)},
-    "lstm": {"lstm.0": (128, None)},  # 28 rows of 28 pixels read in order: steps, not a stride of the image
+    "lstm": {"lstm.0": (128, None)},
+    "maxvit_t": {"stem": (64, 2), "stage1": (64, 4), "stage2": (128, 8), "stage3": (256, 16), "stage4": (512, 32)},  # 28 rows of 28 pixels read in order: steps, not a stride of the image
     "mobilenet_v3_small": {"stem": (16, 2), "b1": (16, 4), "b3": (24, 8), "b8": (48, 16), "b11": (96, 32)},
     "resnet18": {"layer1": (64, 1), "layer2": (128, 2), "layer3": (256, 4), "layer4": (512, 8)},
     "resnet34": {"layer1": (64, 1), "layer2": (128, 2), "layer3": (256, 4), "layer4": (512, 8)},

@@ -105,7 +105,7 @@ def test_op_arguments_are_checked_with_did_you_mean(block: str, args: dict, mess
     ({"p": {"block": "permute", "args": {"dims": [0, 2, 1]}}},
      r"node 'p' orders 3 dimensions \(\[0, 2, 1\]\), but its input has 4: input \[2, 2, 4, 6\]"),
     ({"r": {"block": "reshape", "args": {"shape": [5, -1]}}},
-     r"node 'r' \(reshape\) does not fit its input input \[2, 2, 4, 6\]: shape '\[2, 5, -1\]' is invalid"),
+     r"node 'r' cannot reshape 48 values per sample to \[5, -1\]: input \[2, 2, 4, 6\]"),
     ({"g": {"block": "parameter", "args": {"shape": [3]}}},
      r"(?s)model.nodes.g.inputs: block 'parameter' reads no input, got 1.*hint: write inputs: \[\] for this node"),
     ({"c": {"block": "nn.Conv2d", "args": {"out_channels": 3, "kernel_size": 1}, "inputs": []}},

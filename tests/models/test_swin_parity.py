@@ -21,7 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from modelforge import build_model
 from tests.helpers.shipped_blocks import shipped_blocks
-from tests.helpers.parity import import_torchvision_models, torchvision_models
+from tests.helpers.parity import assert_drawn_alike, import_torchvision_models, torchvision_models
 from tests.helpers.swin import PAIRS, swin_t_pair
 
 torchvision_models()
@@ -182,3 +182,24 @@ def test_swin_t_initialises_as_torchvisions() -> None:
                 at = int(q * (mine.numel() - 1))
                 assert abs(mine_sorted[at].item() - theirs_sorted[at].item()) < 5e-4, q
     assert torch.count_nonzero(pooled(ours, "bias")) == torch.count_nonzero(pooled(reference, "bias")) == 0
+
+
+def test_swin_t_initialises_as_torchvisions_in_every_group() -> None:
+    """Issue 49: each group of parameters (the patch convolution's weight and bias, the linear weights and biases,
+    the LayerNorms, the position bias tables) drawn as torchvision's constructor draws it, over three seeds at a
+    quarter of the width: the same mean, spread and bound. The patch convolution's bias keeps torch's U(+-1/sqrt(48))
+    (conv_bias: default), as torchvision's does, where the swin_t file zeroed it."""
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    from modelforge import create_model
+
+    references, models = [], []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        references.append(SwinTransformer([4, 4], 24, [2, 2, 6, 2], [3, 6, 12, 24], [7, 7], stochastic_depth_prob=0.2))
+        models.append(create_model("swin_t", ["in_channels=3", "n_classes=1000", "params.dim=24"], seed=seed))
+    ours = assert_drawn_alike(models, references)
+    assert set(ours) == {"Conv2d.weight", "Conv2d.bias", "Linear.weight", "Linear.bias", "LayerNorm.weight",
+                         "LayerNorm.bias", "table"}
+    bound = 1 / 48 ** 0.5  # torch's conv bias: U(+-1/sqrt(fan_in)), fan_in 3 * 4 * 4
+    assert 0.9 * bound < ours["Conv2d.bias"].abs().max().item() <= bound
