@@ -41,7 +41,7 @@ from modelforge.layers.initializers import make_block_init
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.models.graph_bounds import MAX_NODES, MAX_REPEAT, Bounds, check_size
-from modelforge.models.graph_build import Graph, GraphBuilder, source_label
+from modelforge.models.graph_build import Graph, GraphBuilder, NonPositiveWidth, source_label
 from modelforge.models.feature_info import feature_info
 from modelforge.models.graph_dry_run import DryRun, empty_batch
 from modelforge.models.graph_spec import Composite, NodeTable, parse_blocks, parse_table
@@ -192,7 +192,10 @@ def build_graph(
     builder.dry_run = DryRun(make_block_init(init or {}, f"{path}.init"), ParamBudget(max_params, path))
     input_shape = (in_channels, *input_size)
     with torch.no_grad():  # the init rules fill weights in place; the dry run needs no graph of its own
-        graph, output_value = builder.build(table, (empty_batch(*input_shape),), scope, top=True)
+        try:
+            graph, output_value = builder.build(table, (empty_batch(*input_shape),), scope, top=True)
+        except NonPositiveWidth as exc:
+            raise _width_error(exc, params or {}, path) from None
     check_param_count(graph, max_params, path)  # blocks too large alone were refused before being made
     if features and (left := [str(ref) for ref in table.output if ref.node not in graph]):
         raise ConfigError(f"{path}.features", f"names {', '.join(map(repr, left))}, which this model leaves out "
@@ -204,6 +207,22 @@ def build_graph(
                        features=[str(ref) for ref in table.output] if features else (),
                        feature_info=feature_info(graph, table.output, output_value, input_shape) if features else ())
     return model
+
+
+def _width_error(exc: NonPositiveWidth, params: Mapping[str, Any], path: str) -> ConfigError:
+    """A width of 0 or less as the error of the model parameter it came from (``model.params.enc_sizes[1]: must be
+    positive, got -4``), as ``cnn`` refuses its ``enc_sizes``; at the node when no parameter gave it."""
+    for key in (k for k in params if k in exc.sources):
+        value = params[key]
+        entries = list(enumerate(value)) if isinstance(value, (list, tuple)) else [(None, value)]
+        for i, v in entries:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
+                where = f"{path}.params.{key}" + (f"[{i}]" if i is not None else "")
+                return ConfigError(where, f"must be positive, got {v}: {key} gives the widths of layers",
+                                   allowed="integers >= 1")
+        return ConfigError(f"{path}.params.{key}", f"gives a width of {exc.value}, and widths must be positive: "
+                           f"{exc.problem}", allowed=exc.allowed)
+    return exc
 
 
 GraphConfig = schema_from_signature(build_graph, "graph", check=check_graph, exclude=("path",))
