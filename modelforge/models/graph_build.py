@@ -197,9 +197,9 @@ class NonPositiveWidth(ConfigError):
         self.value, self.sources = value, sources
 
 
-def _check_widths(name: str, block: str, args: Mapping[str, Any], raw: Mapping[str, Any], widths: tuple[str, ...],
-                  path: str) -> None:
-    for key in (k for k in args if k in widths or k in _SIZE_ARGS):
+def _check_widths(name: str, block: str, args: Mapping[str, Any], raw: Mapping[str, Any], path: str) -> None:
+    """A layer's width must be positive (a composite's own width parameters may be 0: "none", as a squeeze)."""
+    for key in (k for k in args if k in _SIZE_ARGS):
         value = args[key]
         if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
             raise NonPositiveWidth(f"{path}.args.{key}", f"node {name!r} ({block}) gets {key}={value}: a width must "
@@ -357,7 +357,8 @@ class GraphBuilder:
             args = {**resolve_args(node.args, scope, f"{path}.args"), **fixed_args}
             if top:
                 args = scale_widths(self.scale, args, node.args, widths)
-            _check_widths(name, node.block, args, node.args, widths, path)
+            if factory is not None:
+                _check_widths(name, node.block, args, node.args, path)
             copy_path = f"{path}[{i}]" if count is not None else path
             if factory is not None:
                 check_arg_types(factory, args, f"{path}.args", node.args)
@@ -431,6 +432,9 @@ class GraphBuilder:
         if first is not None:
             scope["in_features"] = first.shape[-1]
             scope["input_shape"] = list(first.shape[1:] if batched[0] else first.shape)  # without the batch
+        if len(inputs) > 1:  # every input's shape: a pyramid's maps, each resized to the size of the next
+            scope["input_shapes"] = [list(x.shape[1:] if b else x.shape) if isinstance(x, Tensor) else None
+                                     for x, b in zip(inputs, batched)]
         for key, default in params.items():  # a default may be an expression of the parameters before it
             if key in args:
                 scope[key] = args[key]
