@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import Tensor, nn
@@ -121,6 +121,14 @@ class Task:
                 raise
             raise ConfigError(exc.path, f"{exc.problem}: model {label!r} has no head for it (no "
                               f"heads.{self.output} in its file)", hint=_MODELS_OF.get(self.output)) from None
+
+    def check_plugins(self, plugins: Sequence[Any]) -> None:
+        """Refuse a hook plugin that explains a classifier's class scores (grad_cam) for another task."""
+        for plugin in plugins:
+            if getattr(plugin, "needs_class_scores", False) and not self.is_classify:
+                raise ConfigError(plugin.path, f"{plugin.name} explains the score of a predicted class, a "
+                                  f"classifier's; task {self.name!r} gives {OUTPUTS[self.output][0]}",
+                                  hint=f"leave {plugin.name} out of hooks for this task")
 
     def check_data(self, datamodule: Any) -> None:
         """Refuse data whose targets this task cannot learn (class labels for a segmentation, ...)."""

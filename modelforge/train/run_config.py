@@ -121,6 +121,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     transfer = apply_transfer(plain, network, resuming=ckpt_path is not None)
     validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
+    task.check_plugins(plugins)
     if plain["cuda_graph"]:  # before Lightning's checks: devices=-1 or "0,1" is refused for what it asks, anywhere
         check_one_device(plain.get("trainer") or {})
     check_trainer_options(plain.get("trainer") or {})
