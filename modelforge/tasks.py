@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import Tensor, nn
@@ -31,6 +31,10 @@ OUTPUTS = {  # kind: (what the model gives per sample, what the data's targets a
 # The shipped data sets of each kind of target, for the hint of a refusal.
 _DATA_OF = {"classes": "mnist", "class_map": "mnist_segment or segment_folder", "image": "mnist_denoise",
             "labels": "mnist_multilabel or image_table", "numbers": "mnist_sum or image_table"}
+# The shipped models that give each kind of output, for the hint of a model refused for a task.
+_MODELS_OF = {"class_map": "model=unet, or a zoo backbone with heads.class_map: resnet18, resnet34, resnet50, "
+                           "convnext_tiny, mobilenet_v3_small, efficientnet_b0",
+              "image": "model=autoencoder"}
 # Where metrics are looked up by name: torchmetrics' own namespaces, never an arbitrary import path.
 _METRIC_HOMES = ("torchmetrics.classification", "torchmetrics.regression", "torchmetrics.image",
                  "torchmetrics.segmentation", "torchmetrics")
@@ -93,14 +97,38 @@ class Task:
             return [int(n_classes or 0), *(int(d) for d in input_shape[1:])]
         return [int(n_classes or 0)]
 
-    def check_model(self, model: nn.Module, datamodule: Any, path: str = "model") -> None:
-        """Refuse a model whose output does not fit this task on this data, naming the node and both shapes."""
+    def choose_head(self, model_cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """``model_cfg`` with the head for this task's output, when the model carries one and none is chosen: a zoo
+        backbone's ``heads.class_map`` (an FPN on its stages) for ``segment``. Other models give their own output."""
+        heads = model_cfg.get("heads") or {}
+        if self.output in heads and model_cfg.get("head") is None:
+            return {**model_cfg, "head": self.output}
+        return dict(model_cfg)
+
+    def check_model(self, model: nn.Module, datamodule: Any, path: str = "model", label: str | None = None) -> None:
+        """Refuse a model whose output does not fit this task on this data, naming the node and both shapes;
+        ``label``: the model's name, for the refusal of a model that has no head for this task."""
         n_classes = getattr(datamodule, "n_classes", None)
         if self.is_classify:
             check_classifier_output(model, n_classes or 10, path)
             return
         expected = self.expected_output(datamodule.input_shape, n_classes)
-        check_output_shape(model, expected, f"task {self.name!r} ({OUTPUTS[self.output][0]})", path)
+        try:
+            check_output_shape(model, expected, f"task {self.name!r} ({OUTPUTS[self.output][0]})", path)
+        except ConfigError as exc:
+            shape = getattr(model, "output_shape", None)
+            if label is None or shape is None or len(shape) == len(expected):  # another kind of output: no head
+                raise
+            raise ConfigError(exc.path, f"{exc.problem}: model {label!r} has no head for it (no "
+                              f"heads.{self.output} in its file)", hint=_MODELS_OF.get(self.output)) from None
+
+    def check_plugins(self, plugins: Sequence[Any]) -> None:
+        """Refuse a hook plugin that explains a classifier's class scores (grad_cam) for another task."""
+        for plugin in plugins:
+            if getattr(plugin, "needs_class_scores", False) and not self.is_classify:
+                raise ConfigError(plugin.path, f"{plugin.name} explains the score of a predicted class, a "
+                                  f"classifier's; task {self.name!r} gives {OUTPUTS[self.output][0]}",
+                                  hint=f"leave {plugin.name} out of hooks for this task")
 
     def check_data(self, datamodule: Any) -> None:
         """Refuse data whose targets this task cannot learn (class labels for a segmentation, ...)."""

@@ -26,10 +26,13 @@ def data_shapes(datamodule: Any) -> dict[str, Any]:
     return shapes
 
 
-def fill_model_shapes(model_cfg: Mapping[str, Any], datamodule: Any, explicit: Collection[str] = ()) -> dict[str, Any]:
+def fill_model_shapes(model_cfg: Mapping[str, Any], datamodule: Any, explicit: Collection[str] = (),
+                      keep_given: bool = False) -> dict[str, Any]:
     """``model_cfg`` with the data's shapes filled in where the user left them to the data.
 
-    ``explicit``: model keys set on purpose (named in a command-line override) even if equal to the default."""
+    ``explicit``: model keys set on purpose (named in a command-line override) even if equal to the default.
+    ``keep_given``: a key set on purpose keeps its value (``summary``: the model at the sizes you give it) rather
+    than being refused for differing from the data's."""
     filled = dict(model_cfg)
     defaults = _model_defaults(filled.get("name"))
     data_name = getattr(datamodule, "name", type(datamodule).__name__)
@@ -38,6 +41,8 @@ def fill_model_shapes(model_cfg: Mapping[str, Any], datamodule: Any, explicit: C
             continue
         given, default = (list(v) if isinstance(v, (list, tuple)) else v for v in (filled.get(key), defaults[key]))
         set_on_purpose = given is not None and (key in explicit or given != default)
+        if keep_given and (set_on_purpose or (given is None and default is not None)):
+            continue  # n_classes: null, a backbone without its head, stays one
         if set_on_purpose and given != value:
             raise ConfigError(f"model.{key}", f"is {given}, but data {data_name!r} gives {value}",
                               hint=f"leave model.{key} unset (null) to take it from the data")

@@ -34,6 +34,7 @@ from modelforge.deploy.signals import Doing, stop_behind, stopped_by_signals
 from modelforge.errors import ConfigError, DataError, ExportError, UnknownNameError
 from modelforge.files.atomic import remove_dead_temps, write_json
 from modelforge.files.claim import claimed
+from modelforge.tasks import build_task
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +199,15 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
     diffs = {size: float((out - expected[:len(out)]).abs().max()) for size, out in got.items()}
     close = all(torch.allclose(out, expected[:len(out)], rtol=rtol, atol=atol) for out in got.values())
     full = got[batches[0]]
-    # An image agrees when its top class does (a segmentation's: every pixel's).
-    agree = int((full.argmax(1) == expected[:len(full)].argmax(1)).reshape(len(full), -1).all(1).sum())
+    # An image agrees when its top class does (a segmentation's: every pixel's); an image, labels or numbers out
+    # have no top class: their check is the difference alone.
+    scores = build_task(meta.get("task")).output in ("classes", "class_map")
+    agree = int((full.argmax(1) == expected[:len(full)].argmax(1)).reshape(len(full), -1).all(1).sum()) \
+        if scores else len(full)
     report = {"format": format, "file": str(path), "images": source, "n_images": len(images),
               "batch_sizes": batches, "max_abs_diff": max(diffs.values()), "max_abs_diff_by_batch": diffs,
-              "top1_agreement": agree / len(full), "atol": atol, "rtol": rtol, "metadata": "inside the file", "torch": torch.__version__}
+              "top1_agreement": agree / len(full) if scores else None, "atol": atol, "rtol": rtol,
+              "metadata": "inside the file", "torch": torch.__version__}
     if labels is not None:
         report.update(eager_top1_acc=float((expected.argmax(1) == labels).float().mean()),
                       exported_top1_acc=float((full.argmax(1) == labels[:len(full)]).float().mean()))
@@ -214,8 +219,9 @@ def check_export(model: nn.Module, path: Path, format: str, *, atol: float = 1e-
             now.what = f"after writing {path} and its check {check_path.name}"
 
     write_json(check_path, report, written)
-    line = (f"max abs difference {report['max_abs_diff']:.2e} (atol {atol:g}, rtol {rtol:g}), top-1 agreement "
-            f"{report['top1_agreement']:.2%} ({agree}/{len(full)}) on {source}, batch sizes {batches}")
+    agreement = f", top-1 agreement {agree / len(full):.2%} ({agree}/{len(full)})" if scores else ""
+    line = (f"max abs difference {report['max_abs_diff']:.2e} (atol {atol:g}, rtol {rtol:g}){agreement} "
+            f"on {source}, batch sizes {batches}")
     if not report["passed"]:
         raise ExportError(f"{path} does not compute what the model computes: {line}; the file is kept for "
                           f"inspection; details in {check_path}", exit_code=1)

@@ -95,6 +95,7 @@ class HookPlugin(abc.ABC):
     Options: ClassVar[type[PluginOptions]] = PluginOptions
     default_targets: ClassVar[str] = "leaves"
     needs_params: ClassVar[bool] = False  # gradient plugins: a target must own parameters
+    needs_class_scores: ClassVar[bool] = False  # explains a classifier's predicted class: task=classify only
     pattern_key: ClassVar[str] = "layers"  # the option :meth:`patterns` reads (errors name it)
 
     def __init__(self, options: PluginOptions | None = None, *, path: str | None = None) -> None:

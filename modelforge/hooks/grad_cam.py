@@ -74,6 +74,7 @@ class GradCam(HookPlugin):
     name = "grad_cam"
     Options = GradCamOptions
     pattern_key = "layer"
+    needs_class_scores = True  # the score of the predicted class: a classifier's output
 
     def __init__(self, options: GradCamOptions | None = None, *, path: str | None = None) -> None:
         super().__init__(options, path=path)

@@ -35,13 +35,13 @@ import torch
 from torch import Tensor, nn
 
 from modelforge.config import require_positive, schema_from_signature
-from modelforge.errors import ConfigError
+from modelforge.errors import ConfigError, closest_names
 from modelforge.layers.expressions import resolve_args
 from modelforge.layers.initializers import make_block_init
 from modelforge.layers.macs import counts_from_children
 from modelforge.layers.torch_nn import resolve_block
 from modelforge.models.graph_bounds import MAX_NODES, MAX_REPEAT, Bounds, check_size
-from modelforge.models.graph_build import Graph, GraphBuilder, source_label
+from modelforge.models.graph_build import Graph, GraphBuilder, NonPositiveWidth, source_label
 from modelforge.models.feature_info import feature_info
 from modelforge.models.graph_dry_run import DryRun, empty_batch
 from modelforge.models.graph_spec import Composite, NodeTable, parse_blocks, parse_table
@@ -88,18 +88,33 @@ def _model_scope(in_channels: int, input_size: Sequence[int], n_classes: int | N
 
 
 def parse_graph(nodes: Mapping[str, Any], output: Any, blocks: Mapping[str, Any] | None,
-                path: str, features: Sequence[str] | None = None) -> tuple[dict[str, Composite], NodeTable]:
+                path: str, features: Sequence[str] | None = None, heads: Mapping[str, Any] | None = None,
+                head: str | None = None) -> tuple[dict[str, Composite], NodeTable]:
     """The model's composites and node table, checked (nothing is built); with ``features``, those are the
-    outputs and nodes none of them needs are left out rather than refused."""
+    outputs and nodes none of them needs are left out rather than refused; with ``head``, that entry of ``heads``
+    is a node of the model and its output, and the nodes it does not need (the model's own head) are left out."""
     composites = parse_blocks(blocks, path)
 
     def is_block(name: str, where: str) -> None:
         if name not in composites:
             resolve_block(name, where, composites=composites)
 
+    if head is not None:
+        nodes, output = _with_head(nodes, heads or {}, head, path), head
     if features:
         return composites, parse_table(nodes, list(features), path, is_block, prune=True, output_key="features")
-    return composites, parse_table(nodes, output, path, is_block)
+    return composites, parse_table(nodes, output, path, is_block, prune=head is not None)
+
+
+def _with_head(nodes: Mapping[str, Any], heads: Mapping[str, Any], head: str, path: str) -> dict[str, Any]:
+    """The node table with the node ``heads[head]`` added under the name ``head``."""
+    if head not in heads:
+        raise ConfigError(f"{path}.head", f"the model has no head {head!r}", allowed=list(heads) or
+                          "none: this model's file has no `heads`", suggestions=closest_names(head, heads))
+    if head in nodes:
+        raise ConfigError(f"{path}.heads.{head}", f"{head!r} names a node of the model already",
+                          hint="a head is a node named after its key: rename that node")
+    return {**nodes, head: heads[head]}
 
 
 def check_graph(cfg: Any, path: str) -> None:
@@ -109,7 +124,7 @@ def check_graph(cfg: Any, path: str) -> None:
     if cfg.n_classes is not None:
         require_positive(cfg.n_classes, f"{path}.n_classes")
     _checked_graph(cfg.nodes, cfg.in_channels, cfg.input_size, cfg.n_classes, cfg.output, cfg.features, cfg.params,
-                   cfg.blocks, cfg.scales, cfg.scale, cfg.max_repeat, cfg.max_nodes, path)
+                   cfg.blocks, cfg.scales, cfg.scale, cfg.max_repeat, cfg.max_nodes, cfg.heads, cfg.head, path)
 
 
 # The last config checked and what checking it gave: build_model validates a config, then builds the same
@@ -132,7 +147,7 @@ def _checked_graph(*config: Any) -> tuple[GraphBuilder, NodeTable, dict[str, Any
 def _check_config(nodes: Mapping[str, Any], in_channels: int, input_size: Sequence[int], n_classes: int | None,
                   output: Any, features: Sequence[str] | None, params: Mapping[str, Any] | None,
                   blocks: Mapping[str, Any] | None, scales: Mapping[str, Any] | None, scale: str | None,
-                  max_repeat: int, max_nodes: int,
+                  max_repeat: int, max_nodes: int, heads: Mapping[str, Any] | None, head: str | None,
                   path: str) -> tuple[dict[str, Composite], NodeTable, Scale, Bounds, dict[str, Any]]:
     require_positive(max_repeat, f"{path}.max_repeat")
     require_positive(max_nodes, f"{path}.max_nodes")
@@ -142,7 +157,7 @@ def _check_config(nodes: Mapping[str, Any], in_channels: int, input_size: Sequen
     if features and (twice := sorted({str(f) for f in features if list(map(str, features)).count(str(f)) > 1})):
         raise ConfigError(f"{path}.features", f"names {', '.join(map(repr, twice))} more than once: the model "
                           "returns one map per node", hint="name each node once")
-    composites, table = parse_graph(nodes, output, blocks, path, features)
+    composites, table = parse_graph(nodes, output, blocks, path, features, heads, head)
     chosen = choose_scale(scales, scale, path)
     scope = _model_scope(in_channels, input_size, n_classes, params, path)
     bounds = Bounds(max_repeat, max_nodes, path)
@@ -162,6 +177,8 @@ def build_graph(
     scales: dict[str, Any] | None = None,
     scale: str | None = None,
     init: Mapping[str, Any] | None = None,
+    heads: dict[str, Any] | None = None,
+    head: str | None = None,
     max_repeat: int = MAX_REPEAT,
     max_nodes: int = MAX_NODES,
     max_params: int = MAX_PARAMS,
@@ -181,18 +198,26 @@ def build_graph(
         blocks: composite blocks, name -> ``{params, nodes, output, description, repeats}``.
         scales, scale: a table of ``{depth, width, max_channels}`` and the entry to apply.
         init: rules (conv, linear, bias, norm) applied to each block as it is made (``None`` keeps PyTorch's init).
+        heads: other heads the model can carry, by the kind of output they give (``class_map``: a segmentation
+            head on the backbone's stages), each a node (``{block: fpn_head, inputs: [layer1, ...], args: ...}``).
+        head: the entry of ``heads`` to build in place of the model's own output (None: the model's own); a run
+            chooses its task's (:meth:`modelforge.tasks.Task.choose_head`). Nodes the head does not need are
+            left out (the classifier).
         max_repeat, max_nodes: caps on a ``repeat`` count and on the nodes built, copies and composite
             parts included (:mod:`modelforge.models.graph_bounds`), checked before anything is built.
         max_params: a cap on the parameters and buffers, counted before any is allocated
             (:mod:`modelforge.models.param_cap`).
     """
     builder, table, scope = _checked_graph(nodes, in_channels, input_size, n_classes, output, features, params, blocks,
-                                           scales, scale, max_repeat, max_nodes, path)
+                                           scales, scale, max_repeat, max_nodes, heads, head, path)
     _last_checked.clear()  # checked once per build: a later build of the same objects checks them again
     builder.dry_run = DryRun(make_block_init(init or {}, f"{path}.init"), ParamBudget(max_params, path))
     input_shape = (in_channels, *input_size)
     with torch.no_grad():  # the init rules fill weights in place; the dry run needs no graph of its own
-        graph, output_value = builder.build(table, (empty_batch(*input_shape),), scope, top=True)
+        try:
+            graph, output_value = builder.build(table, (empty_batch(*input_shape),), scope, top=True)
+        except NonPositiveWidth as exc:
+            raise _width_error(exc, params or {}, path) from None
     check_param_count(graph, max_params, path)  # blocks too large alone were refused before being made
     if features and (left := [str(ref) for ref in table.output if ref.node not in graph]):
         raise ConfigError(f"{path}.features", f"names {', '.join(map(repr, left))}, which this model leaves out "
@@ -204,6 +229,22 @@ def build_graph(
                        features=[str(ref) for ref in table.output] if features else (),
                        feature_info=feature_info(graph, table.output, output_value, input_shape) if features else ())
     return model
+
+
+def _width_error(exc: NonPositiveWidth, params: Mapping[str, Any], path: str) -> ConfigError:
+    """A width of 0 or less as the error of the model parameter it came from (``model.params.enc_sizes[1]: must be
+    positive, got -4``), as ``cnn`` refuses its ``enc_sizes``; at the node when no parameter gave it."""
+    for key in (k for k in params if k in exc.sources):
+        value = params[key]
+        entries = list(enumerate(value)) if isinstance(value, (list, tuple)) else [(None, value)]
+        for i, v in entries:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
+                where = f"{path}.params.{key}" + (f"[{i}]" if i is not None else "")
+                return ConfigError(where, f"must be positive, got {v}: {key} gives the widths of layers",
+                                   allowed="integers >= 1")
+        return ConfigError(f"{path}.params.{key}", f"gives a width of {exc.value}, and widths must be positive: "
+                           f"{exc.problem}", allowed=exc.allowed)
+    return exc
 
 
 GraphConfig = schema_from_signature(build_graph, "graph", check=check_graph, exclude=("path",))

@@ -182,6 +182,29 @@ def _check_inputs(name: str, block_name: str, block: nn.Module | type, labels: l
         raise ConfigError(path, f"node {name!r} {problem} {described}")
 
 
+# Arguments that are a block's width: a value of 0 or less there is refused at the node, naming the parameter
+# it came from (torch's own words, "negative dimension", name neither).
+_SIZE_ARGS = ("out_channels", "out_features")
+
+
+class NonPositiveWidth(ConfigError):
+    """A width of 0 or less reached a node; ``sources``: the names in scope that its expression read, mapped to the
+    enclosing scope's names at each composite boundary, so the model's own parameter can be named at the top."""
+
+    def __init__(self, path: str, problem: str, value: int, sources: set[str]) -> None:
+        super().__init__(path, problem, allowed="integers >= 1")
+        self.value, self.sources = value, sources
+
+
+def _check_widths(name: str, block: str, args: Mapping[str, Any], raw: Mapping[str, Any], path: str) -> None:
+    """A layer's width must be positive (a composite's own width parameters may be 0: "none", as a squeeze)."""
+    for key in (k for k in args if k in _SIZE_ARGS):
+        value = args[key]
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+            raise NonPositiveWidth(f"{path}.args.{key}", f"node {name!r} ({block}) gets {key}={value}: a width must "
+                                   "be positive", value, names_in(raw.get(key)))
+
+
 class GraphBuilder:
     """Builds node tables with the model's composites and scale; one builder per model."""
 
@@ -333,11 +356,17 @@ class GraphBuilder:
             args = {**resolve_args(node.args, scope, f"{path}.args"), **fixed_args}
             if top:
                 args = scale_widths(self.scale, args, node.args, widths)
+            if factory is not None:
+                _check_widths(name, node.block, args, node.args, path)
             copy_path = f"{path}[{i}]" if count is not None else path
             if factory is not None:
                 check_arg_types(factory, args, f"{path}.args", node.args)
             if composite is not None:
-                module, out = self._composite(composite, args, inputs, path, copy_path, batched)
+                try:
+                    module, out = self._composite(composite, args, inputs, path, copy_path, batched)
+                except NonPositiveWidth as exc:  # the composite's parameters it read, as this scope wrote them
+                    exc.sources = set().union(*(names_in(node.args[p]) for p in exc.sources if p in node.args))
+                    raise
             else:
                 module, out = self._block(name, node.block, factory, args, labels, inputs, path, batched, call_kwargs)
             if count is not None and i + 1 < count and not isinstance(out, Tensor):
@@ -402,6 +431,9 @@ class GraphBuilder:
         if first is not None:
             scope["in_features"] = first.shape[-1]
             scope["input_shape"] = list(first.shape[1:] if batched[0] else first.shape)  # without the batch
+        if len(inputs) > 1:  # every input's shape: a pyramid's maps, each resized to the size of the next
+            scope["input_shapes"] = [list(x.shape[1:] if b else x.shape) if isinstance(x, Tensor) else None
+                                     for x, b in zip(inputs, batched)]
         for key, default in params.items():  # a default may be an expression of the parameters before it
             if key in args:
                 scope[key] = args[key]
@@ -414,6 +446,8 @@ class GraphBuilder:
         try:
             check_nesting(self._nesting, use_path)
             graph, out = self.build(composite.table, tuple(inputs), scope, block=composite.name, batched=tuple(batched))
+        except NonPositiveWidth as exc:
+            raise NonPositiveWidth(exc.path, f"{exc.problem} [in {use_path}]", exc.value, exc.sources) from None
         except ConfigError as exc:
             raise ConfigError(exc.path, f"{exc.problem} [in {use_path}]", allowed=exc.allowed,
                               suggestions=exc.suggestions, hint=exc.hint) from None

@@ -21,15 +21,15 @@ from torch import Tensor, nn
 from modelforge.errors import ConfigError
 from modelforge.layers.expressions import names_in
 
-INPUT_SHAPE = "input_shape"
+INPUT_SHAPES = frozenset({"input_shape", "input_shapes"})  # the first input's shape; every input's
 
 
 def reads_input_shape(composite: Any) -> bool:
-    """Whether a composite's nodes or parameter defaults read ``input_shape`` (its modules fit one size)."""
+    """Whether a composite's nodes or parameter defaults read ``input_shape(s)`` (its modules fit one size)."""
     config = composite.config
-    if any(INPUT_SHAPE in names_in(default) for default in config.params.values()):
+    if any(INPUT_SHAPES & names_in(default) for default in config.params.values()):
         return True
-    return any(INPUT_SHAPE in names_in([node.args, node.when, node.repeat, node.kwargs])
+    return any(INPUT_SHAPES & names_in([node.args, node.when, node.repeat, node.kwargs])
                for node in composite.table.nodes.values())
 
 

@@ -267,6 +267,7 @@ def check_eval(cfg: Mapping[str, Any] | DictConfig, context: RunContext = RunCon
     datamodule.prepare_data()
     model = build_model(stored["model"])
     task = build_task(stored.get("task"))
+    task.check_plugins(plugins)
     if task.is_classify:
         model_classes = int(ckpt["hyper_parameters"].get("n_classes") or getattr(datamodule, "n_classes", 10))
         check_data_fits(datamodule, model, model_classes, data_config, stored.get("data") or {})

@@ -19,6 +19,7 @@ from torch import nn
 from modelforge.build import (
     build_checked_model,
     model_config_from_run,
+    model_label,
     naming_definitions,
     validate_model_config,
 )
@@ -106,7 +107,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     plain["data"] = {**(plain.get("data") or {}), **resolved_data_options(datamodule)}  # an image folder's classes
     task.check_data(datamodule)  # segmentation masks for task=segment, ...
     # The model's input shape and class count follow the data unless set (and then must agree).
-    plain["model"] = fill_model_shapes(model_config_from_run(plain), datamodule,
+    plain["model"] = fill_model_shapes(task.choose_head(model_config_from_run(plain)), datamodule,
                                        explicit_model_keys(context.overrides or ()))
     for key in MODEL_SHORTCUTS:
         plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
@@ -114,12 +115,14 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
         model = validate_model_config(plain["model"])
     with allocation_errors(plain["model"], "while building the model"):
         network = build_checked_model(model, seed=seed, files=context.model_files)
-    task.check_model(network, datamodule)  # the builders build any output: the task's, at the data's shapes
+    # the builders build any output: the task's, at the data's shapes
+    task.check_model(network, datamodule, label=model_label(plain["model"], context.model_files))
     # Before the optimizer's check: its param_groups see only the parameters left trainable.
     plan = TransferPlan(plain["init"], plain["freeze"], plain["freeze_bn"], plain.get("data"))
     transfer = apply_transfer(plan, network, resuming=ckpt_path is not None)
     validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
+    task.check_plugins(plugins)
     if plain["cuda_graph"]:  # before Lightning's checks: devices=-1 or "0,1" is refused for what it asks, anywhere
         check_one_device(plain.get("trainer") or {})
     check_trainer_options(plain.get("trainer") or {})

@@ -72,7 +72,7 @@ def test_list_models_shows_every_model_file_a_user_can_pick(run_main, tmp_path) 
     assert "(LeCun et al. 1998) for 28x28 digits" in words  # the first sentence, not cut at "al."
     only = run_main("list", "models", "res*").stdout.split("above):\n")[1]
     assert [line.split()[0] for line in only.splitlines() if not line.startswith(" " * 4)] == [
-        "resnet18", "resnet18_fpn", "resnet34", "resnet50"]
+        "resnet18", "resnet34", "resnet50"]
 
 
 def test_flags_may_come_between_and_after_overrides(run_main, tmp_path) -> None:

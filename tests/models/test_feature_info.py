@@ -30,7 +30,6 @@ EXPECTED = {
     # image-to-image models (task=segment, reconstruct): their maps come back up to the input's size
     "unet": {"body": (8, 1)},  # the top level's decoder, at the input's size
     "autoencoder": {"enc1": (32, 2), "enc2": (64, 4), "up1": (32, 2)},
-    "resnet18_fpn": {"layer1": (64, 1), "layer2": (128, 2), "layer3": (256, 4), "layer4": (512, 8)},
 }
 NOT_GRAPHS = {"cnn", "mlp", "seed_cnn"}  # builders without named nodes: features are refused
 

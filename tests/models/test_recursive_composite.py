@@ -1,6 +1,6 @@
 """A composite that uses itself under a `when`: the recursion ends where the condition turns false (a U-Net's
 levels), and one that never ends is refused at MAX_NESTING levels; `len` of a list parameter; the segmentation
-models written with them (unet, resnet18_fpn)."""
+models written with them (unet; the zoo's FPN heads: tests/models/test_heads.py)."""
 
 from __future__ import annotations
 
@@ -56,11 +56,3 @@ def test_len_of_a_list_parameter() -> None:
                                                                      "kernel_size": 1}}},
                               params={"widths": [1, 2, 3]}), seed=0)
     assert model.nodes.c.out_channels == 6
-
-
-@pytest.mark.parametrize(("size", "channels"), [([32, 32], 1), ([64, 64], 3)])
-def test_resnet18_fpn_gives_classes_per_pixel_at_the_input_size(size: list[int], channels: int) -> None:
-    model = create_model("resnet18_fpn", ["n_classes=4", f"input_size=[{size[0]},{size[1]}]",
-                                          f"in_channels={channels}"])
-    assert model(torch.zeros(1, channels, *size)).shape == (1, 4, *size)
-    assert not any(name.startswith("nodes.fc") for name, _ in model.named_modules())  # the classifier left out
