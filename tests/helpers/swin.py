@@ -32,9 +32,10 @@ def our_key(key: str) -> str | None:
 
 def swin_t_pair(side: int, dim: int) -> tuple[nn.Module, nn.Module]:
     """torchvision's swin_t (embed_dim ``dim``: 96 is swin_t's) with random weights, and ours with them."""
-    from torchvision.models.swin_transformer import SwinTransformer
-
     from modelforge import create_model
+    from tests.helpers.parity import import_torchvision_models
+
+    SwinTransformer = import_torchvision_models().swin_transformer.SwinTransformer  # or the test skipped
 
     torch.manual_seed(0)
     reference = SwinTransformer([4, 4], dim, [2, 2, 6, 2], [3, 6, 12, 24], [7, 7], stochastic_depth_prob=0.2)
