@@ -73,20 +73,28 @@ def modelforge_side(cfg: Any, work: Path) -> float:
     return EPOCHS[0]
 
 
-def hand_written_side(cfg: Any, data_dir: str, train_batches: int, val_batches: int) -> float:
+def segment_data(cfg: Any, data_dir: str) -> Any:
+    """The run's ``mnist_segment`` data module, set up (derived once: the hand-written side reuses it)."""
+    from modelforge.config import load_config
+    from modelforge.data.mnist_tasks import MnistSegmentDataModule
+
+    plain_cfg = load_config(cfg)
+    data = MnistSegmentDataModule(data_dir=data_dir, batch_size=plain_cfg["data"]["batch_size"], seed=plain_cfg["seed"])
+    data.setup("fit")
+    return data
+
+
+def hand_written_side(cfg: Any, data: Any, train_batches: int, val_batches: int) -> float:
     """One epoch of the hand-written loop, on the run's data, model, init and recipe; its seconds."""
     from torchmetrics.classification import MulticlassJaccardIndex
 
     from modelforge.build import build_model, model_config_from_run
     from modelforge.config import load_config
-    from modelforge.data.mnist_tasks import MnistSegmentDataModule
     from modelforge.data.shapes import fill_model_shapes
 
     plain_cfg = load_config(cfg)
     seed, lr = plain_cfg["seed"], plain_cfg["optim"]["lr"]
     pl.seed_everything(seed, verbose=False)  # as the run: the shuffling order
-    data = MnistSegmentDataModule(data_dir=data_dir, batch_size=plain_cfg["data"]["batch_size"], seed=seed)
-    data.setup("fit")
     built = build_model(fill_model_shapes(model_config_from_run(plain_cfg), data), seed=seed)  # as the run builds it
     sizes = plain_cfg["model"]["params"]["enc_sizes"]
     model = hand_written_unet(built, sizes, data.n_classes)
@@ -123,7 +131,8 @@ def measure(data_dir: str, train_batches: int, val_batches: int, rounds: int) ->
     cfg = _compose(_overrides(data_dir, train_batches, val_batches))
     timed = _compose([*_overrides(data_dir, train_batches, val_batches), "+callbacks.bench_epoch_timer={}"])
     work = Path(tempfile.mkdtemp(prefix="mf_bench_segment_"))
-    sides = {"hand-written torch loop": lambda: hand_written_side(cfg, data_dir, train_batches, val_batches),
+    data = segment_data(cfg, data_dir)
+    sides = {"hand-written torch loop": lambda: hand_written_side(cfg, data, train_batches, val_batches),
              "modelforge train": lambda: modelforge_side(timed, work)}
     values: dict[str, list[float]] = {name: [] for name in sides}
     for i in range(rounds + 1):

@@ -231,8 +231,9 @@ def _segment(r: dict) -> list[str]:
     figs, pairs = r["figures"], r["pair_ratios"]
     rows = ["| side | seconds / epoch (training + validation) |", "|---|---:|"]
     rows += [f"| {name} | {_fmt(s)} |" for name, s in figs.items()]
-    rows.append(f"| **ratio** modelforge / hand-written | **{pairs['median']:.3f}x** ({pairs['min']:.3f}-{pairs['max']:.3f}) |")
-    return [*rows, "", f"`task=segment model=unet` (enc_sizes [8, 16, 32], batch 128, Adam + OneCycle), {r['train_batches']} "
+    ratio = f"**{pairs['median']:.3f}x** ({pairs['min']:.3f}-{pairs['max']:.3f})"
+    rows.append(f"| **ratio** modelforge / hand-written (per round; lowest-highest) | {ratio} |")
+    return [*rows, "", f"`task=segment model=unet` (enc_sizes [8, 16, 32], batch 32, Adam + OneCycle), {r['train_batches']} "
             f"training and {r['val_batches']} validation batches an epoch, {r['rounds']} rounds alternated in one "
             "process after a warm-up round, who goes first alternating; the ratio is the median over rounds of each "
             "round's modelforge / hand-written epoch (see bench_segment.py)."]

@@ -17,7 +17,7 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
 - ``build``: ``build_model`` and ``create_model`` vs torchvision's own constructor for resnet50, vit_b_16,
   convnext_tiny, mobilenet_v3_small and a DenseNet-121 written in YAML, at 224x224 and 512x512 (bench_build.py).
 - ``segment``: one epoch of ``train task=segment model=unet`` vs the same U-Net, data and recipe in a hand-written
-  torch loop (bench_segment.py), alternated in one process.
+  torch loop (bench_segment.py), alternated in one process. Only with ``--only segment``.
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
 - ``gpu``: the GPU path (precisions, channels_last, compile, a large-batch recipe, DDP over NCCL,
@@ -55,8 +55,8 @@ from results_md import current_commit, write_atomic, write_results  # noqa: E402
 
 SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "build", "segment", "time_to_99",
             "gpu")
-ON_REQUEST = ("time_to_99", "gpu")  # long, or needing a GPU: only with --only
-NEEDS_MNIST = ("overhead", "loop", "dataread", "startup", "segment", "time_to_99", "gpu")  # build, hooks, hotpath: no data
+ON_REQUEST = ("segment", "time_to_99", "gpu")  # long, or needing a GPU: only with --only
+NEEDS_MNIST = ("overhead", "loop", "dataread", "startup", "segment", "time_to_99", "gpu")  # not build, hooks, hotpath
 EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
 
 
@@ -296,7 +296,8 @@ def segment(args: argparse.Namespace) -> dict:
 
     from modelforge.data import resolve_data_dir
 
-    train_batches, val_batches, rounds = (2, 1, 1) if args.smoke else (10, 2, 2) if args.quick else (20, 4, 5)
+    train_batches, val_batches = (2, 1) if args.smoke else (10, 2) if args.quick else (20, 4)
+    rounds = args.repeats
     if args.train_batches:
         train_batches = args.train_batches
     values = measure(str(resolve_data_dir(args.data_dir)), train_batches, val_batches, rounds)
