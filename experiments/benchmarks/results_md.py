@@ -236,7 +236,10 @@ def _segment(r: dict) -> list[str]:
     return [*rows, "", f"`task=segment model=unet` (enc_sizes [8, 16, 32], batch 32, Adam + OneCycle), {r['train_batches']} "
             f"training and {r['val_batches']} validation batches an epoch, {r['rounds']} rounds alternated in one "
             "process after a warm-up round, who goes first alternating; the ratio is the median over rounds of each "
-            "round's modelforge / hand-written epoch (see bench_segment.py)."]
+            "round's modelforge / hand-written epoch (see bench_segment.py). The machine's speed drifts between "
+            "rounds when it is shared: compare the medians, and the spread beside them.", "",
+            f"- `python experiments/benchmarks/run.py --only segment --train-batches {r['train_batches']} "
+            f"--repeats {r['rounds']}`"]
 
 
 TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", _overhead),
