@@ -228,6 +228,21 @@ def _host_syncs(checks: list[dict]) -> list[str]:
     return lines
 
 
+def _segment(r: dict) -> list[str]:
+    figs, pairs = r["figures"], r["pair_ratios"]
+    rows = ["| side | seconds / epoch (training + validation) |", "|---|---:|"]
+    rows += [f"| {name} | {_fmt(s)} |" for name, s in figs.items()]
+    ratio = f"**{pairs['median']:.3f}x** ({pairs['min']:.3f}-{pairs['max']:.3f})"
+    rows.append(f"| **ratio** modelforge / hand-written (per round; lowest-highest) | {ratio} |")
+    return [*rows, "", f"`task=segment model=unet` (enc_sizes [8, 16, 32], batch 32, Adam + OneCycle), {r['train_batches']} "
+            f"training and {r['val_batches']} validation batches an epoch, {r['rounds']} rounds alternated in one "
+            "process after a warm-up round, who goes first alternating; the ratio is the median over rounds of each "
+            "round's modelforge / hand-written epoch (see bench_segment.py). The machine's speed drifts between "
+            "rounds when it is shared: compare the medians, and the spread beside them.", "",
+            f"- `python experiments/benchmarks/run.py --only segment --train-batches {r['train_batches']} "
+            f"--repeats {r['rounds']}`"]
+
+
 TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", _overhead),
           "loop": ("What the training loop adds per step", _loop),
           "hooks": ("Hook plugins: cost per training step", _hooks),
@@ -235,6 +250,7 @@ TITLES = {"overhead": ("Framework overhead: modelforge vs a hand-written loop", 
           "dataread": ("Reading the data set in a run", _dataread),
           "startup": ("Start-up", _startup),
           "build": ("Build time: the model language vs torchvision's constructors", _build),
+          "segment": ("The segment task: modelforge vs a hand-written loop of the same U-Net", _segment),
           "time_to_99": ("Time to 99.0% test accuracy (fast recipe)", _time_to_99),
           "gpu": ("The GPU path", _gpu)}
 

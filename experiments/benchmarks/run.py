@@ -17,6 +17,8 @@ Sections (each writes ``results/<section>.json``; ``RESULTS.md`` is rebuilt from
 - ``build``: ``build_model`` and ``create_model`` vs torchvision's own constructor for resnet50, vit_b_16,
   convnext_tiny, mobilenet_v3_small, swin_t, maxvit_t (224x224 and 448x448) and a DenseNet-121 written in YAML, at
   224x224 and 512x512 (bench_build.py).
+- ``segment``: one epoch of ``train task=segment model=unet`` vs the same U-Net, data and recipe in a hand-written
+  torch loop (bench_segment.py), alternated in one process. Only with ``--only segment``.
 - ``time_to_99``: the fast recipe on 5 seeds: test accuracy, training time, how many reach 99.0%.
   Long (about a minute per seed on 2 cores): only with ``--only time_to_99``.
 - ``gpu``: the GPU path (precisions, channels_last, compile, a large-batch recipe, DDP over NCCL,
@@ -52,9 +54,10 @@ sys.path.insert(0, str(HERE))
 from bench_gpu import add_arguments as add_gpu_arguments  # noqa: E402
 from results_md import current_commit, write_atomic, write_results  # noqa: E402  (a sibling file, not a package)
 
-SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "build", "time_to_99", "gpu")
-ON_REQUEST = ("time_to_99", "gpu")  # long, or needing a GPU: only with --only
-NEEDS_MNIST = ("overhead", "loop", "dataread", "startup", "time_to_99", "gpu")  # build, hooks, hotpath: no data
+SECTIONS = ("overhead", "loop", "hooks", "hotpath", "dataread", "startup", "build", "segment", "time_to_99",
+            "gpu")
+ON_REQUEST = ("segment", "time_to_99", "gpu")  # long, or needing a GPU: only with --only
+NEEDS_MNIST = ("overhead", "loop", "dataread", "startup", "segment", "time_to_99", "gpu")  # not build, hooks, hotpath
 EPOCH_LINE = re.compile(r"epoch \d+(?:/\d+)? done in ([0-9.]+) s")
 
 
@@ -288,6 +291,21 @@ def build(args: argparse.Namespace) -> dict:
             "models": models}
 
 
+# ---------------------------------------------------------------- segment
+def segment(args: argparse.Namespace) -> dict:
+    from bench_segment import measure, pair_ratios
+
+    from modelforge.data import resolve_data_dir
+
+    train_batches, val_batches = (2, 1) if args.smoke else (10, 2) if args.quick else (20, 4)
+    rounds = args.repeats
+    if args.train_batches:
+        train_batches = args.train_batches
+    values = measure(str(resolve_data_dir(args.data_dir)), train_batches, val_batches, rounds)
+    return {"train_batches": train_batches, "val_batches": val_batches, "rounds": rounds,
+            "pair_ratios": summary(pair_ratios(values)), "figures": {name: summary(v) for name, v in values.items()}}
+
+
 # ---------------------------------------------------------------- time to 99%
 def time_to_99(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="mf_bench_t99_"))
@@ -378,7 +396,8 @@ def main() -> None:
         args.results_dir = default_results_dir(args.smoke, args.quick, args.accelerator, chosen)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     sections = {"overhead": overhead, "loop": loop, "hooks": hooks, "hotpath": hotpath, "dataread": dataread,
-                "startup": startup, "build": build, "time_to_99": time_to_99, "gpu": gpu}
+                "startup": startup, "build": build, "segment": segment,
+                "time_to_99": time_to_99, "gpu": gpu}
     for name in chosen:
         print(f"== {name}", flush=True)
         started = time.perf_counter()

@@ -26,6 +26,10 @@ STEP_LOSS_DISPLAY_S = 0.5  # how often a bar other than modelforge's gets the st
 # Batches whose predicted labels are gathered per accuracy update. An update costs ~70 us of CPU
 # (torchmetrics' bookkeeping) whatever its size: updating every batch added ~0.1 ms to each step.
 METRIC_UPDATE_EVERY = 32
+# A per-pixel or image output's metrics cost a third of a small U-Net's training step (the argmax, and IoU's and
+# Dice's counts over every pixel: experiments/benchmarks' segment section): while training they count the batches
+# whose index is a multiple of METRIC_UPDATE_EVERY, an estimate; validation and test count every batch.
+DENSE_OUTPUTS = ("class_map", "image")
 log = logging.getLogger(__name__)
 # Tests only: on a CPU, run cuda_graph's step body (its buffers, device-side sums and hyperparameters) uncaptured
 # through the same Lightning hooks as on a GPU, so that everything but the capture itself is checked without one.
@@ -54,6 +58,7 @@ class ClassifierModule(pl.LightningModule):
         # Classify gathers METRIC_UPDATE_EVERY batches of predicted labels per update; a per-pixel or image output
         # is too large to hold that many of: its metrics are updated every batch.
         self._update_every = METRIC_UPDATE_EVERY if self.task.is_classify else 1
+        self._sample_train = self.task.output in DENSE_OUTPUTS  # its training metrics count one batch in 32
         self.channels_last = channels_last  # NHWC memory format: faster convolutions on GPUs
         self._loss_sum: dict[str, Tensor] = {}  # per stage: sum of loss * batch size this epoch
         self._seen: dict[str, int] = {}  # per stage: samples this epoch
@@ -141,7 +146,7 @@ class ClassifierModule(pl.LightningModule):
             x = x.contiguous(memory_format=torch.channels_last)
         return self.model(x)
 
-    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
+    def _step(self, batch: tuple[Tensor, Tensor], stage: str, batch_idx: int = 0) -> Tensor:
         x, y = batch
         if self._compiled and stage != "train":
             with eagerly():  # evaluation compiles nothing
@@ -150,10 +155,11 @@ class ClassifierModule(pl.LightningModule):
             logits = self(x)
         loss = self.loss(logits, y)
         # The stage's metrics are updated every METRIC_UPDATE_EVERY batches (classify) and at the end of the epoch.
-        pending = self._pending.setdefault(stage, [])
-        pending.append((self.task.predictions(logits.detach()), y))  # argmax(1) of class scores, as the metric does
-        if len(pending) >= self._update_every:
-            self._update_accuracy(stage)
+        if not (self._sample_train and stage == "train" and batch_idx % METRIC_UPDATE_EVERY):
+            pending = self._pending.setdefault(stage, [])
+            pending.append((self.task.predictions(logits.detach()), y))  # argmax(1) of class scores, as the metric does
+            if len(pending) >= self._update_every:
+                self._update_accuracy(stage)
         # Epoch figures are accumulated here and logged once per epoch (``_log_epoch``): a ``self.log`` call
         # costs ~0.7 ms of CPU (two per step were ~7% of a 20 ms MNIST step). Tensors only: no host sync.
         n = len(y)
@@ -220,7 +226,7 @@ class ClassifierModule(pl.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor | None:
         if self._captured is None:
-            return self._step(batch, "train")
+            return self._step(batch, "train", batch_idx)
         # The graph ran forward, backward and the update: nothing is left for Lightning to backpropagate (None).
         x, y = batch
         self._latest["loss"] = self._captured.step(x, y)
