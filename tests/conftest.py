@@ -108,6 +108,9 @@ def run_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     from modelforge.__main__ import main
 
     monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    # Hydra takes any trace function for a debugger and then raises a job's error instead of reporting it; under
+    # coverage (pytest --cov) there is one: a command in a process of its own has none.
+    monkeypatch.setattr("hydra._internal.utils.is_under_debugger", lambda: False)
 
     def run(*args: str, cwd: Path | None = None) -> CliResult:
         if cwd is not None:
