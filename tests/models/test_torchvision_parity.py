@@ -102,16 +102,21 @@ def test_stochastic_depth_draws_the_masks_torchvision_draws(mode: str) -> None:
 # --------------------------------------------------------------------------------------------
 # the parity checks, one model at a time (built once for all its tests)
 
-# name: torchvision's parameter count at 3x224x224 and 1000 classes, and the image side the outputs are
-# compared at. The conv nets hold the same parameters at any size, and torchvision's forward takes any size:
-# 64x64 runs the same modules in a tenth of the time. ViT's position embedding is one per patch, so its
-# parameters depend on the image size: it is compared at 224x224.
-MODELS = {
-    "resnet50": (25_557_032, 64),
-    "mobilenet_v3_small": (2_542_856, 64),
-    "efficientnet_b0": (5_288_548, 64),
-    "convnext_tiny": (28_589_128, 64),
-    "vit_b_16": (86_567_656, 224),
+# name: torchvision's parameter count at 1000 classes, the image side the outputs are compared at, and the
+# options both are built with. The conv nets hold the same parameters at any size, and torchvision's forward
+# takes any size: 64x64 runs the same modules in a tenth of the time. ViT-B/16 is compared at 64x64 with 3 of
+# its 12 encoder blocks (torchvision's VisionTransformer at those options; ours with params.depth=3): the same
+# modules, in a tenth of the time of the whole model at 224x224. The whole model's count at 224x224 is
+# test_vit_at_224x224_holds_torchvisions_parameter_count's.
+VIT_B_16_AT_64 = {"image_size": 64, "patch_size": 16, "num_layers": 3, "num_heads": 12, "hidden_dim": 768,
+                  "mlp_dim": 3072}
+MODELS: dict[str, tuple[int, int, dict[str, int], list[str]]] = {
+    "resnet50": (25_557_032, 64, {}, []),
+    "mobilenet_v3_small": (2_542_856, 64, {}, []),
+    "efficientnet_b0": (5_288_548, 64, {}, []),
+    "convnext_tiny": (28_589_128, 64, {}, []),
+    # 86,567,656 less 180 position embeddings of 768 (16 patches, not 196) and 9 blocks of 7,087,872
+    "vit_b_16": (86_567_656 - 180 * 768 - 9 * 7_087_872, 64, VIT_B_16_AT_64, ["params.depth=3"]),
 }
 
 
@@ -119,11 +124,17 @@ class Pair:
     """torchvision's model, randomized, and ours with its weights; ``x`` is the batch both are compared on."""
 
     def __init__(self, name: str) -> None:
-        params, side = MODELS[name]
+        params, side, options, overrides = MODELS[name]
         torch.manual_seed(0)
         self.name, self.params = name, params
-        self.reference = getattr(tv_models, name)(weights=None)
-        self.ours = create_model(name, ["in_channels=3", "n_classes=1000", f"input_size=[{side},{side}]"])
+        if options:
+            from torchvision.models.vision_transformer import VisionTransformer
+
+            self.reference = VisionTransformer(**options)
+        else:
+            self.reference = getattr(tv_models, name)(weights=None)
+        self.ours = create_model(name, ["in_channels=3", "n_classes=1000", f"input_size=[{side},{side}]",
+                                        *overrides])
         self.x = torch.randn(2, 3, side, side)
         randomize(self.reference, self.x)
         copy_torchvision_weights(self.reference, self.ours, self.x)
@@ -139,6 +150,14 @@ def pair(request: pytest.FixtureRequest) -> Pair:
 def test_parameter_count_equals_torchvision(pair: Pair) -> None:
     assert n_params(pair.reference) == pair.params, f"torchvision's {pair.name}: {n_params(pair.reference):,}"
     assert n_params(pair.ours) == pair.params
+
+
+def test_vit_at_224x224_holds_torchvisions_parameter_count() -> None:
+    """The count docs/zoo.md gives, at torchvision's own image size (built on the meta device: shapes only)."""
+    with torch.device("meta"):
+        reference = tv_models.vit_b_16(weights=None)
+        ours = create_model("vit_b_16", ["in_channels=3", "n_classes=1000", "input_size=[224,224]"])
+    assert n_params(ours) == n_params(reference) == 86_567_656
 
 
 def test_eval_output_equals_torchvision(pair: Pair, record_property: Callable[[str, Any], None]) -> None:
@@ -198,11 +217,12 @@ MNIST = ["resnet50", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "
 
 @pytest.mark.parametrize("name", MNIST)
 def test_mnist_variant_takes_grey_28x28_and_gives_10_logits(name: str) -> None:
-    model = create_model(name).eval()  # the data's shape: 1x28x28, 10 classes
+    with torch.device("meta"):  # shapes only: no weights drawn, no arithmetic
+        model = create_model(name).eval()  # the data's shape: 1x28x28, 10 classes
     first_conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
     assert first_conv.in_channels == 1
     with torch.no_grad():
-        assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+        assert model(torch.randn(2, 1, 28, 28, device="meta")).shape == (2, 10)
 
 
 @pytest.mark.parametrize(("name", "side", "stem"), [

@@ -27,9 +27,11 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def tiny_args(tiny_data: Path) -> list[str]:
-    """Overrides that train on the tiny data, quietly."""
+    """Overrides that train on the tiny data, quietly, without drawing each job's learning curves (~0.5 s a job;
+    tests/train/test_curves.py asks for them)."""
     return [f"data.data_dir={tiny_data}", "data.verify=false", "data.download=false", "data.val_size=16",
-            "data.batch_size=16", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
+            "data.batch_size=16", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+            "curves=false"]
 
 
 @pytest.fixture
