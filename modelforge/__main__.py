@@ -79,9 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from modelforge.registry import load_builtins
 
-    # Every built-in name, and their defaults in Hydra's ConfigStore before any composition; `list` composes
-    # nothing and imports neither Hydra nor OmegaConf.
-    load_builtins(defaults=name != "list")
+    if name != "list":  # list loads the names alone (cli/listing.py)
+        load_builtins()  # every built-in name, and their defaults in Hydra's ConfigStore, before any composition
     from modelforge.errors import ModelforgeError
     from modelforge.train import launch  # Lightning-free
 

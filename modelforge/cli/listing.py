@@ -11,6 +11,7 @@ import argparse
 import fnmatch
 import functools
 import re
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,10 @@ def list_names(argv: list[str]) -> int:
     parser.add_argument("pattern", nargs="?", default="*", help="glob over names, e.g. 'conv*'")
     parser.add_argument("--config-dir", type=Path, help="a folder of your configs: its blocks/ are listed too")
     args = parser.parse_args(argv)
-    load_builtins(defaults=False)  # names and descriptions; no defaults in Hydra's ConfigStore, so no Hydra
+    # The names and their descriptions. A process without Hydra (`python -m modelforge list`) composes nothing
+    # after listing: the built-ins' defaults wait for the next load_builtins(), and Hydra and OmegaConf stay out. One
+    # that has Hydra (a test, a notebook) may compose next, from Hydra's own API: the defaults are stored as ever.
+    load_builtins(defaults="hydra" in sys.modules)
     if args.registry is not None and args.registry not in REGISTRIES:
         raise UnknownNameError("registry", args.registry, REGISTRIES, path="list")
     lines = []

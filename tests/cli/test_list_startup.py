@@ -100,3 +100,32 @@ def test_a_file_the_full_reader_refuses_is_refused_with_its_error(tmp_path: Path
     with pytest.raises(ConfigError) as got:
         _read_yaml(tmp_path / "b.yaml")
     assert str(got.value) == str(expected.value)
+
+
+COMPOSE_AFTER_LIST = textwrap.dedent("""
+    import contextlib, io, json, sys
+    hydra_first = sys.argv[1] == "hydra-first"
+    if hydra_first:
+        from hydra import compose, initialize_config_dir
+    from modelforge.__main__ import main
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(["list", "models"])
+    light = "hydra" not in sys.modules
+    if hydra_first:  # Hydra's own API: the defaults were stored as list loaded the names
+        from modelforge.config import conf_dir
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            built = compose("train", overrides=["model=cnn"])["model"]["kernel_size"]
+    else:  # modelforge's API stores the defaults that list left out
+        import modelforge
+        built = modelforge.compose_model_config("cnn", [])["kernel_size"]
+    print(json.dumps({"light": light, "kernel_size": built}))
+""")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("order", ["hydra-first", "list-alone"])
+def test_a_composition_after_list_finds_the_built_ins_defaults(order: str) -> None:
+    out = subprocess.run([sys.executable, "-c", COMPOSE_AFTER_LIST, order], capture_output=True, text=True,
+                         timeout=300, cwd=REPO, env=child_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"light": order == "list-alone", "kernel_size": 3}
