@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import functools
+import gc
 import re
 import sys
 import textwrap
@@ -34,7 +35,10 @@ def list_names(argv: list[str]) -> int:
     # The names and their descriptions. A process without Hydra (`python -m modelforge list`) composes nothing
     # after listing: the built-ins' defaults wait for the next load_builtins(), and Hydra and OmegaConf stay out. One
     # that has Hydra (a test, a notebook) may compose next, from Hydra's own API: the defaults are stored as ever.
-    load_builtins(defaults="hydra" in sys.modules)
+    alone = "hydra" not in sys.modules
+    load_builtins(defaults=not alone)
+    if alone:  # what was imported is never garbage: a collection while listing would walk torch's objects again
+        gc.freeze()
     if args.registry is not None and args.registry not in REGISTRIES:
         raise UnknownNameError("registry", args.registry, REGISTRIES, path="list")
     lines = []
