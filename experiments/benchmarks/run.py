@@ -369,6 +369,29 @@ def check_data(data_dir: str | None, chosen: list[str]) -> None:
         raise SystemExit(2) from None
 
 
+def torchvision_found() -> bool:
+    """Whether the build section finds torchvision: in the environment, or beside it where bench_build.py looks
+    (``TORCHVISION_BESIDE``: read here without importing bench_build, which imports torch)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchvision") is not None or (Path(sys.prefix) / "torchvision-tests" /
+                                                                   "torchvision").is_dir()
+
+
+def sections_to_run(only: list[str] | None, has_torchvision: bool) -> list[str]:
+    """The sections asked for: ``--only``'s, else every one not run on request alone. A run of them all leaves out
+    ``build`` without torchvision (an optional test dependency), saying how to add it; ``--only build`` runs it and
+    stops with that line."""
+    if only:
+        return only
+    chosen = [s for s in SECTIONS if s not in ON_REQUEST]
+    if not has_torchvision:
+        print("== build left out: it compares with torchvision 0.28, not installed here: pip install --no-deps "
+              f"--target {Path(sys.prefix) / 'torchvision-tests'} torchvision==0.28.0, then --only build", flush=True)
+        chosen.remove("build")
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small settings: under 5 minutes on 2 cores")
@@ -392,7 +415,7 @@ def main() -> None:
     args = parser.parse_args()
     args.quick = args.quick or args.smoke
     args.repeats = args.repeats or (1 if args.smoke else 2 if args.quick else 3)
-    chosen = args.only or [s for s in SECTIONS if s not in ON_REQUEST]
+    chosen = sections_to_run(args.only, torchvision_found())
     check_data(args.data_dir, chosen)
     if args.results_dir is None:
         args.results_dir = default_results_dir(args.smoke, args.quick, args.accelerator, chosen)
