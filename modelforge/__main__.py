@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from modelforge.registry import load_builtins
 
-    load_builtins()  # every built-in name, and their defaults in Hydra's ConfigStore, before any composition
-    from modelforge.cli.commands import TASKS, list_names
+    if name != "list":  # list loads the names alone (cli/listing.py)
+        load_builtins()  # every built-in name, and their defaults in Hydra's ConfigStore, before any composition
     from modelforge.errors import ModelforgeError
     from modelforge.train import launch  # Lightning-free
 
@@ -100,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if name != "list":
         from modelforge.cli.app import run
+        from modelforge.cli.commands import TASKS
 
         return run(TASKS[name], name, rest)
+    from modelforge.cli.listing import list_names
+
     try:
         return list_names(rest)
     except ModelforgeError as exc:

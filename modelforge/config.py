@@ -18,16 +18,7 @@ import re
 import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
-
-from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import (
-    ConfigAttributeError,
-    ConfigKeyError,
-    OmegaConfBaseException,
-    ValidationError,
-)
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from modelforge.conf_folder import PACKAGE_DIR, conf_dir, config_groups  # noqa: F401  (re-exported)
 from modelforge.config_types import check_type, implied_type, type_name
@@ -38,7 +29,13 @@ from modelforge.files.yaml_files import (  # noqa: F401  (re-exported)
     load_yaml_file,
     yaml_file_error,
 )
-from modelforge.registry import load_builtins
+from modelforge.registry import load_builtins, store_defaults
+
+# Hydra and OmegaConf are imported where used (0.3-0.4 s): `list` imports this module to register the built-ins'
+# names, and reads no config.
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
 
 S = TypeVar("S")
 
@@ -49,6 +46,8 @@ MODEL_SHORTCUTS = ("enc_sizes", "dec_sizes", "activation")
 
 def to_plain(cfg: Any) -> Any:
     """DictConfig/ListConfig -> resolved plain dicts and lists; other values unchanged."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, (DictConfig, ListConfig)) else cfg
 
 
@@ -62,6 +61,9 @@ def load_config(cfg: Mapping | DictConfig | str | Path) -> dict[str, Any]:
 
 def omegaconf_error(exc: OmegaConfBaseException) -> ConfigError:
     """OmegaConf's refusal of a key or a value as one ConfigError: the key path, what was wrong, what is allowed."""
+    from omegaconf import ListConfig
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
     path, node, parent = str(exc.full_key), exc.child_node, exc.parent_node
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and parent is not None:
         where, _, key = path.rpartition(".")
@@ -241,12 +243,21 @@ class TrainConfig:
     task: Any = None
 
 
-ConfigStore.instance().store(name="train_schema", node=TrainConfig, provider="modelforge")  # on import, as models'
+def _store_train_schema() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig, provider="modelforge")
+
+
+store_defaults(_store_train_schema)  # on import, as the models' defaults
 
 
 def typed_train_config(plain: Mapping[str, Any]) -> dict[str, Any]:
     """``plain`` with TrainConfig's keys merged in by OmegaConf, as at composition: defaults filled, types checked
     and converted. Other keys (groups, ``+key=...`` additions) pass as they are."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     keys = {f.name for f in dataclasses.fields(TrainConfig)}
     try:
         typed = OmegaConf.merge(TrainConfig, {k: v for k, v in plain.items() if k in keys})
@@ -269,6 +280,8 @@ def check_top_level_keys(cfg: Mapping[str, Any] | DictConfig, known: Collection[
     stored in config.yaml and change nothing. Plugins read only their own options (``hooks.NAME``, ``data``,
     ``callbacks.NAME``), never a top-level key, so a key of the user's own is allowed only where an
     interpolation (``${key}``) reads it."""
+    from omegaconf import DictConfig, OmegaConf
+
     unknown = [str(key) for key in cfg if key not in known]
     if not unknown:
         return

@@ -66,7 +66,7 @@ class Registry(Generic[T]):
         if not callable(obj):
             raise TypeError(f"registry {self.name!r} holds classes or factories, got {obj!r}")
         if force:  # the built-ins first, as ever: a name forced over one of them stays forced (none of them forces)
-            load_builtins()
+            _load_names()
         if name in self._entries and not force:
             raise ModelforgeError(
                 f"{self.name} registry: name {name!r} is already registered to "
@@ -98,7 +98,7 @@ class Registry(Generic[T]):
         if callable(key) and not isinstance(key, str):
             return key
         if key not in self._entries:
-            load_builtins()
+            _load_names()
             load_plugins()
         if key not in self._entries:
             raise UnknownNameError(self.name.rstrip("s"), key, self._entries, path=path)
@@ -109,7 +109,7 @@ class Registry(Generic[T]):
 
     def describe(self, name: str) -> str:
         if name not in self._descriptions:
-            load_builtins()
+            _load_names()
         return self._descriptions[name]
 
     def schema(self, name: str) -> type | None:
@@ -121,7 +121,7 @@ class Registry(Generic[T]):
         ``modelforge.plugins`` entry points registered (the built-ins and names registered by import),
         and so loads no plugin: safe while ``modelforge`` itself is still being imported."""
         if plugins:
-            load_builtins()
+            _load_names()
             load_plugins()
         return sorted(
             n for n in self._entries
@@ -134,14 +134,14 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         if name not in self._entries:
-            load_builtins()
+            _load_names()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
-        load_builtins()
+        _load_names()
         return len(self._entries)
 
     def __repr__(self) -> str:
@@ -195,20 +195,49 @@ _loading_plugin: str | None = None
 BUILTIN_MODULES = ("modelforge.hooks", "modelforge.layers", "modelforge.models", "modelforge.data.options",
                    "modelforge.train.optim")
 _builtins_loaded = False
+_loading = False
+# While ``list`` loads the names alone (``load_builtins(defaults=False)``): the modules' ConfigStore steps, kept for
+# the next ``load_builtins()``. Storing imports Hydra and OmegaConf (0.3-0.4 s), which listing names never needs.
+_deferred_defaults: list[Callable[[], None]] | None = None
 
 
-def load_builtins() -> None:
-    """Import :data:`BUILTIN_MODULES` once: deferred from ``import modelforge`` so that ``--help`` needs no torch."""
-    global _builtins_loaded
-    if _builtins_loaded:
+def load_builtins(*, defaults: bool = True) -> None:
+    """Import :data:`BUILTIN_MODULES` once: deferred from ``import modelforge`` so that ``--help`` needs no torch.
+
+    ``defaults=False`` (``python -m modelforge list``) registers the names but keeps their defaults out of Hydra's
+    ConfigStore, so that neither Hydra nor OmegaConf is imported; any later ``load_builtins()`` stores them.
+    """
+    global _builtins_loaded, _loading, _deferred_defaults
+    if _loading:  # a module being imported below may look a name up, or import modelforge.config, which calls this
         return
-    _builtins_loaded = True  # first: a module being imported below may look a name up
-    try:
-        for module in BUILTIN_MODULES:
-            importlib.import_module(module)
-    except BaseException:
-        _builtins_loaded = False  # the next lookup tries again, and says again what failed
-        raise
+    if not _builtins_loaded:
+        _loading = True
+        if not defaults:
+            _deferred_defaults = []
+        try:  # on an error the next call tries again, and says again what failed
+            for module in BUILTIN_MODULES:
+                importlib.import_module(module)
+        finally:
+            _loading = False
+        _builtins_loaded = True
+    if defaults and _deferred_defaults is not None:
+        steps, _deferred_defaults = _deferred_defaults, None
+        for step in steps:
+            step()
+
+
+def _load_names() -> None:
+    """What a registry's lookup loads: the built-ins, with their defaults unless ``list`` asked for names alone."""
+    load_builtins(defaults=_deferred_defaults is None)
+
+
+def store_defaults(step: Callable[[], None]) -> None:
+    """Run ``step``, which stores a built-in's defaults in Hydra's ConfigStore, as its module is imported; while
+    ``load_builtins(defaults=False)`` loads names alone, keep it for the next ``load_builtins()``."""
+    if _loading and _deferred_defaults is not None:
+        _deferred_defaults.append(step)
+    else:
+        step()
 
 
 def load_plugins() -> None:

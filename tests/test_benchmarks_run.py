@@ -73,6 +73,14 @@ def test_sections_that_read_mnist_without_it_are_refused_before_any_work(tmp_pat
     bench.check_data(str(tmp_path / "none"), ["build", "hooks"])  # none reads MNIST: nothing to check
 
 
+def test_a_run_of_every_section_leaves_build_out_without_torchvision(capsys) -> None:
+    bench = _bench_run_module()
+    assert "build" not in bench.sections_to_run(None, has_torchvision=False)
+    assert capsys.readouterr().out.startswith("== build left out: it compares with torchvision 0.28, not installed")
+    assert "build" in bench.sections_to_run(None, has_torchvision=True)
+    assert bench.sections_to_run(["build"], has_torchvision=False) == ["build"]  # asked for: its own error says why
+
+
 def test_only_full_settings_on_their_device_write_over_the_recorded_figures() -> None:
     bench = _bench_run_module()
     RESULTS_DIR, default_results_dir = bench.RESULTS_DIR, bench.default_results_dir  # noqa: N806

@@ -241,10 +241,17 @@ def dataread(args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------- startup
 def startup(args: argparse.Namespace) -> dict:
+    """Each command's whole process, wall and CPU seconds (user + system: less swayed by other processes on a busy
+    machine), interleaved after one round not counted. The children write and read their bytecode as a user's
+    Python does (PYTHONDONTWRITEBYTECODE dropped): else modelforge's modules, not torch's, are compiled on every
+    start, and start-up would measure the compiler."""
+    import resource
+
     data = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
     work = Path(tempfile.mkdtemp(prefix="mf_bench_startup_"))
     count = iter(range(1_000_000))
     py = sys.executable
+    env = {k: v for k, v in _env().items() if k != "PYTHONDONTWRITEBYTECODE"}
     commands = {
         'python -c "import torch"': lambda: [py, "-c", "import torch"],
         'python -c "import torch, hydra.main, omegaconf"': lambda: [py, "-c", "import torch, hydra.main, omegaconf"],
@@ -256,10 +263,24 @@ def startup(args: argparse.Namespace) -> dict:
             py, "-m", "modelforge", "train", *data, "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1",
             "trainer.limit_test_batches=1", "trainer.accelerator=cpu", f"hydra.run.dir={work / str(next(count))}"],
     }
-    runs = {name: (lambda make=make: {"s": timed(make())[0]}) for name, make in commands.items()}
+
+    def timed_cpu(cmd: list[str]) -> dict[str, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if result.returncode != 0:
+            raise SystemExit(f"benchmark command failed ({result.returncode}): {' '.join(cmd)}\n{result.stderr[-3000:]}")
+        return {"s": wall, "cpu_s": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime}
+
+    for make in commands.values():  # not counted: compiles modelforge's bytecode, warms the file cache
+        timed_cpu(make())
+    runs = {name: (lambda make=make: timed_cpu(make())) for name, make in commands.items()}
     values = interleaved(runs, args.repeats + 1)
     return {"commands": {name: " ".join(make()[1:]) for name, make in commands.items()}, "repeats": args.repeats + 1,
-            "figures": {name: summary(v["s"]) for name, v in values.items()}}
+            "figures": {name: summary(v["s"]) for name, v in values.items()},
+            "cpu": {name: summary(v["cpu_s"]) for name, v in values.items()}}
 
 
 # ---------------------------------------------------------------- build
@@ -367,6 +388,29 @@ def check_data(data_dir: str | None, chosen: list[str]) -> None:
         raise SystemExit(2) from None
 
 
+def torchvision_found() -> bool:
+    """Whether the build section finds torchvision: in the environment, or beside it where bench_build.py looks
+    (``TORCHVISION_BESIDE``: read here without importing bench_build, which imports torch)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchvision") is not None or (Path(sys.prefix) / "torchvision-tests" /
+                                                                   "torchvision").is_dir()
+
+
+def sections_to_run(only: list[str] | None, has_torchvision: bool) -> list[str]:
+    """The sections asked for: ``--only``'s, else every one not run on request alone. A run of them all leaves out
+    ``build`` without torchvision (an optional test dependency), saying how to add it; ``--only build`` runs it and
+    stops with that line."""
+    if only:
+        return only
+    chosen = [s for s in SECTIONS if s not in ON_REQUEST]
+    if not has_torchvision:
+        print("== build left out: it compares with torchvision 0.28, not installed here: pip install --no-deps "
+              f"--target {Path(sys.prefix) / 'torchvision-tests'} torchvision==0.28.0, then --only build", flush=True)
+        chosen.remove("build")
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small settings: under 5 minutes on 2 cores")
@@ -390,7 +434,7 @@ def main() -> None:
     args = parser.parse_args()
     args.quick = args.quick or args.smoke
     args.repeats = args.repeats or (1 if args.smoke else 2 if args.quick else 3)
-    chosen = args.only or [s for s in SECTIONS if s not in ON_REQUEST]
+    chosen = sections_to_run(args.only, torchvision_found())
     check_data(args.data_dir, chosen)
     if args.results_dir is None:
         args.results_dir = default_results_dir(args.smoke, args.quick, args.accelerator, chosen)

@@ -1,28 +1,22 @@
-"""The commands: ``train``, ``eval`` and ``summary`` (tasks that Hydra runs) and ``list``."""
+"""The commands that Hydra runs: ``train``, ``eval``, ``summary``, ``export`` and ``predict`` (``list``: listing.py)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import fnmatch
-import functools
 import importlib
-import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from modelforge.build import build_model, model_config_from_run, model_label, naming_definitions
+from modelforge.cli.listing import list_names  # noqa: F401  (re-exported)
 from modelforge.cli.run_checks import job_context
-from modelforge.config import conf_dir, load_yaml_file, to_plain
-from modelforge.errors import UnknownNameError
+from modelforge.config import to_plain
 from modelforge.hooks import build_hook_plugins
 from modelforge.inspect import model_graph, summary
-from modelforge.registry import REGISTRIES
 from modelforge.tasks import OUTPUTS, Task, build_task
 
 
@@ -109,89 +103,3 @@ def summary_task(cfg: DictConfig) -> None:
 TASKS = {"train": train_task, "eval": eval_task, "summary": summary_task,
          "export": _imported("modelforge.deploy.export", "export_task"),
          "predict": _imported("modelforge.deploy.predict", "predict_task")}
-
-
-def list_names(argv: list[str]) -> int:
-    """``list [REGISTRY] [GLOB] [--config-dir DIR]``; ``blocks`` adds the composite blocks of conf/ and DIR."""
-    parser = argparse.ArgumentParser(prog="python -m modelforge list", description="List registries and their names.")
-    parser.add_argument("registry", nargs="?", help=f"one of: {', '.join(REGISTRIES)}")
-    parser.add_argument("pattern", nargs="?", default="*", help="glob over names, e.g. 'conv*'")
-    parser.add_argument("--config-dir", type=Path, help="a folder of your configs: its blocks/ are listed too")
-    args = parser.parse_args(argv)
-    if args.registry is not None and args.registry not in REGISTRIES:
-        raise UnknownNameError("registry", args.registry, REGISTRIES, path="list")
-    lines = []
-    for registry in [REGISTRIES[args.registry]] if args.registry else REGISTRIES.values():
-        shipped = _shipped_options({"callbacks": "callbacks", "loggers": "logger"}.get(registry.name), args.pattern)
-        rows = _table(shipped + [(name, registry.describe(name)) for name in registry.names(args.pattern)])
-        lines += [f"{registry.name}: {registry.description}", *(rows or [f"  (no names match {args.pattern!r})"])]
-        if registry.name == "blocks" and (composites := _composites([args.config_dir, conf_dir()], args.pattern)):
-            lines += ["  composite blocks (a model file's defaults: - /blocks/<file>@blocks):", *_table(composites)]
-        if registry.name == "models" and (files := _model_files([args.config_dir, conf_dir()], args.pattern)):
-            lines += ["  model files (model=NAME; each builds one of the models above):", *_table(files)]
-        lines.append("")
-    print("\n".join(lines).rstrip())
-    return 0
-
-
-def _shipped_options(group: str | None, pattern: str) -> list[tuple[str, str]]:
-    """The options of conf/callbacks or conf/logger, with the class each instantiates."""
-    files = sorted((conf_dir() / group).glob("*.yaml")) if group else []
-    return [(f.stem, f"conf/{group}/{f.name}: {yaml.safe_load(f.read_text())['_target_']}")
-            for f in files if fnmatch.fnmatch(f.stem, pattern)]
-
-
-def _table(rows: list[tuple[str, str]], columns: int = 100, name_column: int = 24) -> list[str]:
-    """Rows of ``name  about`` in ``columns``: the text wrapped under itself, and a name wider than the name
-    column (a composite with its parameters) on a line of its own, its text on the next."""
-    width = min(max((len(name) for name, _ in rows), default=0), name_column)
-    indent = " " * (width + 4)
-    # a path stays whole, even past the columns
-    wrap = functools.partial(textwrap.wrap, width=columns, break_on_hyphens=False, break_long_words=False)
-    lines = []
-    for name, about in rows:
-        if len(name) > width:
-            lines += [*wrap(name, initial_indent="  ", subsequent_indent="    "),
-                      *wrap(about, initial_indent=indent, subsequent_indent=indent)]
-        else:
-            lines += wrap(f"{name.ljust(width)}  {about}", initial_indent="  ",
-                          subsequent_indent=indent) or [f"  {name}"]
-    return lines
-
-
-def _model_files(folders: list[Path | None], pattern: str) -> list[tuple[str, str]]:
-    """The options of the model group (conf/model and DIR/model), each with the first sentence of its comment."""
-    found: dict[str, tuple[str, str]] = {}
-    for folder in (f for f in folders if f):
-        for path in sorted((folder / "model").glob("*.yaml")):
-            if fnmatch.fnmatchcase(path.stem, pattern) and path.stem not in found:  # the user's folder first
-                where = "conf/model" if folder == conf_dir() else str(folder / "model")
-                found[path.stem] = (path.stem, f"{_first_sentence(path)} [{where}/{path.name}]")
-    return sorted(found.values())
-
-
-def _first_sentence(path: Path, limit: int = 100) -> str:
-    """The first sentence of the comment a YAML file opens with: up to the first ': ' or '. ' outside parentheses
-    ("(Liu et al. 2022)" is inside), cut at a word to ``limit`` characters."""
-    comment = []
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        comment.append(line.lstrip("#").strip())
-    text, depth = " ".join(comment), 0
-    for i, char in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0 and char in ":." and text[i + 1:i + 2] in (" ", ""):
-            text = text[:i]
-            break
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
-
-
-def _composites(folders: list[Path | None], pattern: str) -> list[tuple[str, str]]:  # of blocks/*.yaml
-    found = []
-    for path in (p for folder in folders if folder for p in sorted((folder / "blocks").glob("*.yaml"))):
-        for name, spec in (to_plain(load_yaml_file(path)) or {}).items():
-            if isinstance(spec, dict) and fnmatch.fnmatchcase(name, pattern):
-                params = ", ".join(k if v == "???" else f"{k}={v}" for k, v in (spec.get("params") or {}).items())
-                found.append((f"{name}({params})", f"{spec.get('description', '')} [blocks/{path.name}]"))
-    return found

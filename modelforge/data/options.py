@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from modelforge.errors import ConfigError
+from modelforge.registry import store_defaults
 
 DEFAULTS_GROUP = "data_defaults"
 
@@ -243,4 +244,4 @@ def store_data_defaults(names: Sequence[str] = ("mnist", "fashion_mnist", "idx")
                                  node=schema_defaults(schema_from_signature(ImageFolderOptions, "image_folder")))
 
 
-store_data_defaults()  # on import, as the models' and hooks' defaults: `import modelforge` does it
+store_defaults(store_data_defaults)  # on import, as the models' and hooks' defaults: `import modelforge` does it

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from modelforge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig, ListConfig
 
 # A hand-written config uses a few aliases and at most some thousands of nodes.
 MAX_ALIAS_USES = 100
@@ -109,6 +113,8 @@ def _composed(path: Path) -> yaml.Node | None:
 
 def load_yaml_file(path: str | Path) -> DictConfig | ListConfig:
     """:func:`check_yaml_file`, then ``OmegaConf.load``; any YAML error becomes a ConfigError."""
+    from omegaconf import OmegaConf  # here: `list` imports this module and reads no config with OmegaConf
+
     check_yaml_file(path)
     try:
         return OmegaConf.load(Path(path))

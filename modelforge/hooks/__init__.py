@@ -18,8 +18,9 @@ from modelforge.hooks.grad_monitor import GradMonitor, GradMonitorOptions
 from modelforge.hooks.input_noise import InputNoise, InputNoiseOptions
 from modelforge.hooks.targets import Target, select_targets
 from modelforge.hooks.verbose import Verbose, VerboseOptions
+from modelforge.registry import store_defaults
 
-store_hook_defaults()
+store_defaults(store_hook_defaults)
 
 __all__ = [
     "Ablate",

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from torch import nn
 
 from modelforge.config import (
@@ -158,6 +157,8 @@ def group_line(groups: list[dict[str, Any]]) -> str | None:
 
 def build_optimizer(model: nn.Module, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
     """The optimizer ``optim_cfg`` names, over the model's trainable parameters."""
+    from hydra.utils import instantiate  # here: registering the optimizers' names (`list`) needs no Hydra
+
     cls, options, no_decay, groups = _optimizer_options(optim_cfg)
     spec = {"_target_": f"{cls.__module__}.{cls.__qualname__}", "_partial_": True, **options}
     built = param_groups(model, {**signature_defaults(cls), **options}, groups, no_decay)
@@ -307,6 +308,8 @@ def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | 
 def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Mapping[str, Any] | None, total_steps: int,
                     lr: float, last_step: int = -1) -> Any:
     """The schedule; a planned one spans ``total_steps`` and ``last_step`` >= 0 continues it from there."""
+    from hydra.utils import instantiate
+
     factory, options, _ = _sched_options(sched_cfg)
     make = instantiate({"_target_": f"{factory.__module__}.{factory.__qualname__}", "_partial_": True, **options},
                        _convert_="all")
