@@ -37,11 +37,11 @@ from modelforge.errors import CheckpointError, ConfigError, UnknownNameError, al
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.train.callbacks import build_callbacks, check_loggers
 from modelforge.train.checkpoints import resume_checkpoint
-from modelforge.train.compiled import check_compile
+from modelforge.train.compiled import CompilePlan
 from modelforge.train.context import RunContext
 from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
 from modelforge.train.optim import build_optimizer, validate_optim
-from modelforge.train.stopping import divergence_bound
+from modelforge.train.stopping import Divergence
 from modelforge.tasks import Task, build_task, task_monitors
 from modelforge.train.trainer import (
     build_datamodule,
@@ -127,15 +127,15 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     plain["trainer"] = {**(plain.get("trainer") or {}), **resolved_device(plain.get("trainer") or {})}
     check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
     build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
-    divergence_bound(plain)
-    check_compile(plain["compile"], plain["compile_backend"], plain["compile_mode"],
-                  str(plain["trainer"].get("accelerator") or "cpu"))
+    Divergence((plain["divergence"] or {}).get("max_loss"))
+    compiled = CompilePlan(plain["compile"], plain["compile_backend"], plain["compile_mode"],
+                           str(plain["trainer"].get("accelerator") or "cpu"))
     # Read and checked here, once (train resumes from what was read): a bad file leaves no run directory.
     ckpt_path, checkpoint = resume_checkpoint(ckpt_path, network, plain) if ckpt_path is not None else (None, None)
     if plain["cuda_graph"]:
         check_cuda_graph(plain, plugins, build_optimizer(network, plain.get("optim") or {}), datamodule)
     return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
-                     channels_last=plain["channels_last"], compile=plain["compile"], ckpt_path=ckpt_path,
+                     channels_last=plain["channels_last"], compile=compiled.enabled, ckpt_path=ckpt_path,
                      checkpoint=checkpoint,
-                     transfer=transfer, compile_backend=plain["compile_backend"], compile_mode=plain["compile_mode"],
+                     transfer=transfer, compile_backend=compiled.backend, compile_mode=compiled.mode,
                      cuda_graph=plain["cuda_graph"], task=task)
