@@ -35,19 +35,15 @@ from modelforge.data.build import resolved_data_options
 from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
 from modelforge.errors import CheckpointError, ConfigError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
-from modelforge.train.callbacks import build_callbacks, check_loggers
+from modelforge.train.callbacks import CallbacksPlan
 from modelforge.train.checkpoints import resume_checkpoint
 from modelforge.train.compiled import CompilePlan
 from modelforge.train.context import RunContext
-from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
-from modelforge.train.optim import build_optimizer, validate_optim
+from modelforge.train.cuda_graph_checks import check_cuda_graph
+from modelforge.train.optim import OptimPlan
 from modelforge.train.stopping import Divergence
 from modelforge.tasks import Task, build_task, task_monitors
-from modelforge.train.trainer import (
-    build_datamodule,
-    check_trainer_options,
-    resolved_device,
-)
+from modelforge.train.trainer import TrainerPlan, build_datamodule
 from modelforge.train.transfer import Transfer, TransferPlan, apply_transfer
 
 # What ClassifierModule logs at each validation of a classifier: what picks the best checkpoint, and what
@@ -118,22 +114,20 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     # Before the optimizer's check: its param_groups see only the parameters left trainable.
     plan = TransferPlan(plain["init"], plain["freeze"], plain["freeze_bn"], plain.get("data"))
     transfer = apply_transfer(plan, network, resuming=ckpt_path is not None)
-    validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
+    optim = OptimPlan(plain.get("optim") or {}, plain.get("sched"), network)
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
-    if plain["cuda_graph"]:  # before Lightning's checks: devices=-1 or "0,1" is refused for what it asks, anywhere
-        check_one_device(plain.get("trainer") or {})
-    check_trainer_options(plain.get("trainer") or {})
+    trainer = TrainerPlan(plain.get("trainer") or {}, one_device=plain["cuda_graph"])
     # What `auto` and a null precision pick here, in config.yaml and the checkpoints: eval tests as the run did.
-    plain["trainer"] = {**(plain.get("trainer") or {}), **resolved_device(plain.get("trainer") or {})}
-    check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
-    build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
+    plain["trainer"] = trainer.options
+    callbacks = CallbacksPlan(plain.get("callbacks"), plain.get("logger"), monitor)
     Divergence((plain["divergence"] or {}).get("max_loss"))
     compiled = CompilePlan(plain["compile"], plain["compile_backend"], plain["compile_mode"],
-                           str(plain["trainer"].get("accelerator") or "cpu"))
+                           trainer.accelerator)
     # Read and checked here, once (train resumes from what was read): a bad file leaves no run directory.
     ckpt_path, checkpoint = resume_checkpoint(ckpt_path, network, plain) if ckpt_path is not None else (None, None)
     if plain["cuda_graph"]:
-        check_cuda_graph(plain, plugins, build_optimizer(network, plain.get("optim") or {}), datamodule)
+        check_cuda_graph(compiled.enabled, plugins, callbacks.averaging, trainer.options, optim, datamodule,
+                         (plain.get("data") or {}).get("batch_size"))
     return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
                      channels_last=plain["channels_last"], compile=compiled.enabled, ckpt_path=ckpt_path,
                      checkpoint=checkpoint,
