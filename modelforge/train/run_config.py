@@ -16,12 +16,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 from torch import nn
 
-from modelforge.build import (
-    build_checked_model,
-    model_config_from_run,
-    naming_definitions,
-    validate_model_config,
-)
+from modelforge.build import build_checked_model
 from modelforge.config import (
     MODEL_SHORTCUTS,
     check_top_level_keys,
@@ -32,7 +27,7 @@ from modelforge.config import (
     typed_train_config,
 )
 from modelforge.data.build import resolved_data_options
-from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
+from modelforge.data.shapes import explicit_model_keys
 from modelforge.errors import CheckpointError, ConfigError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
 from modelforge.train.callbacks import CallbacksPlan
@@ -40,6 +35,7 @@ from modelforge.train.checkpoints import resume_checkpoint
 from modelforge.train.compiled import CompilePlan
 from modelforge.train.context import RunContext
 from modelforge.train.cuda_graph_checks import check_cuda_graph
+from modelforge.train.model_plan import ModelPlan
 from modelforge.train.optim import OptimPlan
 from modelforge.train.stopping import Divergence
 from modelforge.tasks import Task, build_task, task_monitors
@@ -102,14 +98,12 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     plain["data"] = {**(plain.get("data") or {}), **resolved_data_options(datamodule)}  # an image folder's classes
     task.check_data(datamodule)  # segmentation masks for task=segment, ...
     # The model's input shape and class count follow the data unless set (and then must agree).
-    plain["model"] = fill_model_shapes(model_config_from_run(plain), datamodule,
-                                       explicit_model_keys(context.overrides or ()))
+    model = ModelPlan(plain, datamodule, explicit_model_keys(context.overrides or ()), context.model_files)
+    plain["model"] = model.config
     for key in MODEL_SHORTCUTS:
         plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
-    with naming_definitions(context.model_files):
-        model = validate_model_config(plain["model"])
-    with allocation_errors(plain["model"], "while building the model"):
-        network = build_checked_model(model, seed=seed, files=context.model_files)
+    with allocation_errors(model.config, "while building the model"):
+        network = build_checked_model(model.checked, seed=seed, files=context.model_files)
     task.check_model(network, datamodule)  # the builders build any output: the task's, at the data's shapes
     # Before the optimizer's check: its param_groups see only the parameters left trainable.
     plan = TransferPlan(plain["init"], plain["freeze"], plain["freeze_bn"], plain.get("data"))
@@ -128,7 +122,7 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     if plain["cuda_graph"]:
         check_cuda_graph(compiled.enabled, plugins, callbacks.averaging, trainer.options, optim, datamodule,
                          (plain.get("data") or {}).get("batch_size"))
-    return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
+    return RunConfig(plain, model.checked, network, plugins, datamodule, seed, monitor, label_smoothing,
                      channels_last=plain["channels_last"], compile=compiled.enabled, ckpt_path=ckpt_path,
                      checkpoint=checkpoint,
                      transfer=transfer, compile_backend=compiled.backend, compile_mode=compiled.mode,
