@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import InitVar, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from modelforge.config import check_call, resolve_target, signature_defaults
 from modelforge.errors import ConfigError
 from modelforge.registry import CALLBACKS, LOGGERS
 from modelforge.tasks import metric_mode
+from modelforge.train.averaging import averaging_callbacks
 
 log = logging.getLogger("modelforge.train")
 
@@ -100,6 +102,25 @@ def check_loggers(cfg: Any, run_dir: Path = Path("RUN")) -> list[tuple[str, dict
             raise ConfigError(f"logger.{name}", f"logger {name!r} needs the package {packages[0]!r}, which is not "
                               "installed", hint=f"pip install {packages[0]}")
     return specs
+
+
+@dataclass
+class CallbacksPlan:
+    """The ``callbacks`` and ``logger`` groups of a run config, checked when made (names, installed packages,
+    arguments against their classes' signatures; each callback built once and thrown away, as Lightning callbacks
+    check their own arguments). ``loggers``: ``(name, {_target_, **arguments})`` each; ``averaging``: ``(name, EMA or
+    SWA)`` of each weight-averaging callback."""
+
+    callbacks: InitVar[Any]
+    logger: InitVar[Any]
+    monitor: str = "val/acc"
+    loggers: list[tuple[str, dict[str, Any]]] = field(init=False)
+    averaging: list[tuple[str, str]] = field(init=False)
+
+    def __post_init__(self, callbacks: Any, logger: Any) -> None:
+        self.loggers = check_loggers(logger)  # before the run dir exists
+        build_callbacks(callbacks, self.monitor)
+        self.averaging = averaging_callbacks(callbacks)
 
 
 def build_loggers(cfg: Any, run_dir: Path) -> list[Logger]:

@@ -60,6 +60,20 @@ def check_compile(enabled: bool, backend: str, mode: str | None, accelerator: st
         check_compilers(accelerator)
 
 
+@dataclass(frozen=True)
+class CompilePlan:
+    """A run's ``compile`` (``enabled``), ``compile_backend`` and ``compile_mode`` on its resolved accelerator,
+    checked when made (:func:`check_compile`): what the module compiles its training step with."""
+
+    enabled: bool = False
+    backend: str = "inductor"
+    mode: str | None = None
+    accelerator: str = "cpu"
+
+    def __post_init__(self) -> None:
+        check_compile(self.enabled, self.backend, self.mode, self.accelerator)
+
+
 def check_compilers(accelerator: str) -> None:
     """Inductor builds C++ (and, on a GPU, Triton builds C launchers) while the first step runs: a missing compiler
     there is a traceback minutes in. Probed now with torch's and Triton's own lookups (``g++ --version``: ms)."""

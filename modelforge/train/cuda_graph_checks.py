@@ -20,9 +20,8 @@ from torch import nn
 
 from modelforge.config import signature_defaults
 from modelforge.errors import ConfigError
-from modelforge.train.averaging import averaging_callbacks
 from modelforge.train.captured_step import SUPPORTED
-from modelforge.train.optim import build_optimizer, build_scheduler, lightning_settings
+from modelforge.train.optim import OptimPlan, build_optimizer, build_scheduler, lightning_settings
 
 # Hook plugins whose hooks are tensor ops only (a replay runs them); the others run Python at every step.
 CAPTURABLE_PLUGINS = ("grad_clip",)
@@ -72,17 +71,19 @@ def several_devices(devices: Any, auto_count: int) -> str | None:
     return None
 
 
-def check_cuda_graph(config: Mapping[str, Any], plugins: Sequence[Any], optimizer: torch.optim.Optimizer,
-                     datamodule: Any = None) -> None:
-    """Refuse, before any work, what a captured step cannot replay (:func:`check_one_device` runs earlier)."""
-    trainer = config.get("trainer") or {}
-    if config.get("compile"):
+def check_cuda_graph(compiled: bool, plugins: Sequence[Any], averaging: Sequence[tuple[str, str]],
+                     trainer: Mapping[str, Any], optim: OptimPlan, datamodule: Any = None,
+                     batch_size: Any = None) -> None:
+    """Refuse, before any work, what a captured step cannot replay: with ``compiled``, the ``plugins``, the weight
+    ``averaging`` callbacks (name, EMA or SWA), the checked ``trainer`` options and ``optim`` plan, and a training set
+    of ``datamodule`` with no full batch of ``batch_size`` (:func:`check_one_device` runs with the trainer's plan)."""
+    if compiled:
         refuse("cannot be combined with compile=true", "compile_mode=reduce-overhead captures compiled graphs instead")
     for plugin in plugins:
         if plugin.name not in CAPTURABLE_PLUGINS:
             refuse(f"hook plugin {plugin.name!r} runs Python at every step, which a replayed graph leaves out",
                    f"drop hooks.{plugin.name} or cuda_graph (plugins a graph can hold: {', '.join(CAPTURABLE_PLUGINS)})")
-    for name, kind in averaging_callbacks(config.get("callbacks")):
+    for name, kind in averaging:
         if kind == "SWA":
             refuse(f"callbacks.{name} (stochastic weight averaging) puts new tensors in place of batch norm's running "
                    "statistics, which the graph would go on updating, and takes no optimizer step in its batch-norm "
@@ -93,12 +94,11 @@ def check_cuda_graph(config: Mapping[str, Any], plugins: Sequence[Any], optimize
     if (trainer.get("accumulate_grad_batches") or 1) != 1:
         refuse(f"trainer.accumulate_grad_batches={trainer['accumulate_grad_batches']}: a captured step updates the "
                "weights at every batch", "a larger data.batch_size instead")
-    check_one_device(trainer)
-    if not isinstance(optimizer, SUPPORTED):
-        refuse(f"{type(optimizer).__name__} cannot step inside a CUDA graph with a scheduled learning rate",
+    if not issubclass(optim.kind, SUPPORTED):
+        refuse(f"{optim.kind.__name__} cannot step inside a CUDA graph with a scheduled learning rate",
                f"optim._target_ one of {', '.join(f'torch.optim.{c.__name__}' for c in SUPPORTED)}")
-    _check_momentum_stays(config.get("optim") or {}, config.get("sched"), type(optimizer).__name__)
-    _check_full_batch(datamodule, (config.get("data") or {}).get("batch_size"))
+    _check_momentum_stays(optim.optim, optim.sched, optim.kind.__name__)
+    _check_full_batch(datamodule, batch_size)
 
 
 def _check_momentum_stays(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None, optimizer: str) -> None:

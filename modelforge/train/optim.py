@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Mapping
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import torch
@@ -285,9 +286,9 @@ def lightning_settings(sched_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | None,
-                   model: nn.Module | None = None) -> None:
+                   model: nn.Module | None = None) -> type[torch.optim.Optimizer]:
     """Check both configs before any work starts, by building them over ``model`` (its param_groups'
-    globs match its names), or without one over a throwaway parameter and no param_groups."""
+    globs match its names), or without one over a throwaway parameter and no param_groups; the optimizer's class."""
     _optimizer_options(optim_cfg)
     _sched_options(sched_cfg)
     key = "optim"
@@ -297,12 +298,27 @@ def validate_optim(optim_cfg: Mapping[str, Any], sched_cfg: Mapping[str, Any] | 
         optimizer = build_optimizer(model, optim_cfg)
         key = "sched"
         build_scheduler(optimizer, sched_cfg, total_steps=100, lr=optimizer.defaults.get("lr", 1e-3))
+        return type(optimizer)
     except ConfigError:
         raise
     except (ValueError, TypeError, RuntimeError) as exc:
         raise ConfigError(key, f"torch refused these options: {exc}",
                           hint="sched=none trains at a constant optim.lr with any optimizer" if key == "sched" else None
                           ) from None
+
+
+@dataclass
+class OptimPlan:
+    """``optim`` and ``sched`` of a run config, checked when made by building both over ``model`` (its param_groups'
+    globs match its names: :func:`validate_optim`). ``kind``: the optimizer class they build."""
+
+    optim: dict[str, Any]
+    sched: dict[str, Any] | None = None
+    model: InitVar[nn.Module | None] = None
+    kind: type[torch.optim.Optimizer] = field(init=False)
+
+    def __post_init__(self, model: nn.Module | None) -> None:
+        self.kind = validate_optim(self.optim, self.sched, model)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Mapping[str, Any] | None, total_steps: int,

@@ -16,13 +16,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 from torch import nn
 
-from modelforge.build import (
-    build_checked_model,
-    model_config_from_run,
-    model_label,
-    naming_definitions,
-    validate_model_config,
-)
+from modelforge.build import build_checked_model, model_label
 from modelforge.config import (
     MODEL_SHORTCUTS,
     check_top_level_keys,
@@ -33,22 +27,19 @@ from modelforge.config import (
     typed_train_config,
 )
 from modelforge.data.build import resolved_data_options
-from modelforge.data.shapes import explicit_model_keys, fill_model_shapes
+from modelforge.data.shapes import explicit_model_keys
 from modelforge.errors import CheckpointError, ConfigError, UnknownNameError, allocation_errors
 from modelforge.hooks import HookPlugin, build_hook_plugins
-from modelforge.train.callbacks import build_callbacks, check_loggers
+from modelforge.train.callbacks import CallbacksPlan
 from modelforge.train.checkpoints import resume_checkpoint
-from modelforge.train.compiled import check_compile
+from modelforge.train.compiled import CompilePlan
 from modelforge.train.context import RunContext
-from modelforge.train.cuda_graph_checks import check_cuda_graph, check_one_device
-from modelforge.train.optim import build_optimizer, validate_optim
-from modelforge.train.stopping import divergence_bound
+from modelforge.train.cuda_graph_checks import check_cuda_graph
+from modelforge.train.model_plan import ModelPlan
+from modelforge.train.optim import OptimPlan
+from modelforge.train.stopping import Divergence
 from modelforge.tasks import Task, build_task, task_monitors
-from modelforge.train.trainer import (
-    build_datamodule,
-    check_trainer_options,
-    resolved_device,
-)
+from modelforge.train.trainer import TrainerPlan, build_datamodule
 from modelforge.train.transfer import Transfer, TransferPlan, apply_transfer
 
 # What ClassifierModule logs at each validation of a classifier: what picks the best checkpoint, and what
@@ -107,38 +98,34 @@ def validate_run_config(cfg: RunConfig | Mapping[str, Any] | DictConfig,
     plain["data"] = {**(plain.get("data") or {}), **resolved_data_options(datamodule)}  # an image folder's classes
     task.check_data(datamodule)  # segmentation masks for task=segment, ...
     # The model's input shape and class count follow the data unless set (and then must agree).
-    plain["model"] = fill_model_shapes(task.choose_head(model_config_from_run(plain)), datamodule,
-                                       explicit_model_keys(context.overrides or ()))
+    model = ModelPlan(plain, datamodule, explicit_model_keys(context.overrides or ()), task, context.model_files)
+    plain["model"] = model.config
     for key in MODEL_SHORTCUTS:
         plain[key] = None  # now merged into plain["model"]; the stored config rebuilds as is
-    with naming_definitions(context.model_files):
-        model = validate_model_config(plain["model"])
-    with allocation_errors(plain["model"], "while building the model"):
-        network = build_checked_model(model, seed=seed, files=context.model_files)
+    with allocation_errors(model.config, "while building the model"):
+        network = build_checked_model(model.checked, seed=seed, files=context.model_files)
     # the builders build any output: the task's, at the data's shapes
-    task.check_model(network, datamodule, label=model_label(plain["model"], context.model_files))
+    task.check_model(network, datamodule, label=model_label(model.config, context.model_files))
     # Before the optimizer's check: its param_groups see only the parameters left trainable.
     plan = TransferPlan(plain["init"], plain["freeze"], plain["freeze_bn"], plain.get("data"))
     transfer = apply_transfer(plan, network, resuming=ckpt_path is not None)
-    validate_optim(plain.get("optim") or {}, plain.get("sched"), network)
+    optim = OptimPlan(plain.get("optim") or {}, plain.get("sched"), network)
     plugins = build_hook_plugins(plain.get("hooks"), path="hooks")
     task.check_plugins(plugins)
-    if plain["cuda_graph"]:  # before Lightning's checks: devices=-1 or "0,1" is refused for what it asks, anywhere
-        check_one_device(plain.get("trainer") or {})
-    check_trainer_options(plain.get("trainer") or {})
+    trainer = TrainerPlan(plain.get("trainer") or {}, one_device=plain["cuda_graph"])
     # What `auto` and a null precision pick here, in config.yaml and the checkpoints: eval tests as the run did.
-    plain["trainer"] = {**(plain.get("trainer") or {}), **resolved_device(plain.get("trainer") or {})}
-    check_loggers(plain.get("logger"))  # names, installed packages, options: before the run dir exists
-    build_callbacks(plain.get("callbacks"), monitor)  # Lightning callbacks check their own arguments
-    divergence_bound(plain)
-    check_compile(plain["compile"], plain["compile_backend"], plain["compile_mode"],
-                  str(plain["trainer"].get("accelerator") or "cpu"))
+    plain["trainer"] = trainer.options
+    callbacks = CallbacksPlan(plain.get("callbacks"), plain.get("logger"), monitor)
+    Divergence((plain["divergence"] or {}).get("max_loss"))
+    compiled = CompilePlan(plain["compile"], plain["compile_backend"], plain["compile_mode"],
+                           trainer.accelerator)
     # Read and checked here, once (train resumes from what was read): a bad file leaves no run directory.
     ckpt_path, checkpoint = resume_checkpoint(ckpt_path, network, plain) if ckpt_path is not None else (None, None)
     if plain["cuda_graph"]:
-        check_cuda_graph(plain, plugins, build_optimizer(network, plain.get("optim") or {}), datamodule)
-    return RunConfig(plain, model, network, plugins, datamodule, seed, monitor, label_smoothing,
-                     channels_last=plain["channels_last"], compile=plain["compile"], ckpt_path=ckpt_path,
+        check_cuda_graph(compiled.enabled, plugins, callbacks.averaging, trainer.options, optim, datamodule,
+                         (plain.get("data") or {}).get("batch_size"))
+    return RunConfig(plain, model.checked, network, plugins, datamodule, seed, monitor, label_smoothing,
+                     channels_last=plain["channels_last"], compile=compiled.enabled, ckpt_path=ckpt_path,
                      checkpoint=checkpoint,
-                     transfer=transfer, compile_backend=plain["compile_backend"], compile_mode=plain["compile_mode"],
+                     transfer=transfer, compile_backend=compiled.backend, compile_mode=compiled.mode,
                      cuda_graph=plain["cuda_graph"], task=task)

@@ -145,9 +145,17 @@ def stop_reason(exc: BaseException, trainer: pl.Trainer, received: ReceivedSigna
     return exc
 
 
+@dataclass(frozen=True)
+class Divergence:
+    """``divergence.*`` of a run config (typed by TrainConfig), checked when made: ``max_loss`` None or > 0."""
+
+    max_loss: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_loss is not None and self.max_loss <= 0:
+            raise ConfigError("divergence.max_loss", f"got {self.max_loss!r}", allowed="null or a number > 0")
+
+
 def divergence_bound(config: Mapping[str, Any]) -> float | None:
-    """``divergence.max_loss`` of a typed run config (TrainConfig: its keys and its type), checked: None or > 0."""
-    max_loss = (config.get("divergence") or {}).get("max_loss")
-    if max_loss is not None and max_loss <= 0:
-        raise ConfigError("divergence.max_loss", f"got {max_loss!r}", allowed="null or a number > 0")
-    return max_loss
+    """``divergence.max_loss`` of a typed run config (a stored one: a checkpoint's), checked: None or > 0."""
+    return Divergence((config.get("divergence") or {}).get("max_loss")).max_loss

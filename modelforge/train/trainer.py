@@ -9,6 +9,7 @@ import re
 import typing
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from modelforge.report.console import verbose
 from modelforge.report.progress import progress_bar
 from modelforge.train import checkpoints as ckpts
 from modelforge.train import launch
+from modelforge.train.cuda_graph_checks import check_one_device
 from modelforge.train.callbacks import (
     DEFAULT_LOG_EVERY_N_STEPS,
     StepLogInterval,
@@ -183,6 +185,26 @@ def check_trainer_options(options: Mapping[str, Any]) -> None:
     finally:
         lightning_log.setLevel(level)
     launch.check_layout(built.num_devices, built.num_nodes)  # under torchrun or srun: the processes it started
+
+
+@dataclass
+class TrainerPlan:
+    """``trainer.*`` of a run config, checked when made (:func:`check_trainer_options`; with ``one_device``, as for
+    ``cuda_graph=true``, one GPU in one process first): ``pl.Trainer``'s arguments, each of its type, with the
+    accelerator kind and precision that this machine trains with resolved (:func:`resolved_device`)."""
+
+    given: InitVar[Mapping[str, Any]]
+    one_device: InitVar[bool] = False
+    options: dict[str, Any] = field(init=False)
+    accelerator: str = field(init=False)
+    precision: str = field(init=False)
+
+    def __post_init__(self, given: Mapping[str, Any], one_device: bool) -> None:
+        if one_device:  # before Lightning's checks: devices=-1 or "0,1" is refused for what it asks, anywhere
+            check_one_device(given)
+        check_trainer_options(given)
+        device = resolved_device(given)
+        self.options, self.accelerator, self.precision = {**given, **device}, device["accelerator"], device["precision"]
 
 
 # What Lightning takes as trainer.devices, by accelerator (its parse_devices): said with its refusal.
