@@ -118,6 +118,7 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         return EXIT_CONFIG_ERROR
     finally:
         _set_env(FULL_ERROR, users_full_error)
+        cmd.forget_stored()
 
 
 def lost_job(exc: BaseException) -> str | None:
@@ -172,6 +173,7 @@ class CommandLine:
         except hydra_errors.HydraException:
             self.overrides = []  # Hydra reports the bad override when it composes
         self.folders = [f"file://{os.path.abspath(args.config_dir)}"] if args.config_dir else []
+        self.stored: list[tuple[str, str]] = []  # (group, name) of each model=FILE.yaml stored in the ConfigStore
         self.folders += [str(v) for o in self.overrides if o.key_or_group == "hydra.searchpath" for v in _values(o)]
 
     def repository(self) -> ConfigRepository:
@@ -286,6 +288,17 @@ class CommandLine:
                     raise ConfigError("model", f"{path} must hold a mapping (name: ...), not a {type(node).__name__}")
                 *group, name = ["model", *filter(None, value.split("/"))]  # Hydra looks up "model/<value>"
                 ConfigStore.instance().store(name=name, node=node, group="/".join(group), package="model")
+                self.stored.append(("/".join(group), name))
+
+    def forget_stored(self) -> None:
+        """Take the model files this command stored out of the process-wide ConfigStore: a later command in the same
+        process (a notebook, a test) lists and composes only its own."""
+        for group, name in self.stored:
+            node = ConfigStore.instance().repo
+            for part in group.split("/"):
+                node = node.get(part, {})
+            node.pop(name if name.endswith(".yaml") else f"{name}.yaml", None)  # as ConfigStore.store names it
+        self.stored.clear()
 
 
     def _refuse_model_options(self) -> None:
