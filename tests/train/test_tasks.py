@@ -1,8 +1,10 @@
 """Tasks beyond classification: each trains for real on tiny MNIST-derived data and records its main metric;
-a model or data that cannot serve a task is refused by the checker, naming the node, the shapes or the file."""
+a model or data that cannot serve a task is refused by the checker, naming the node, the shapes or the file; and
+the deploy surfaces (eval, export, predict, load_model) serve each task's run."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from PIL import Image
 
 from hydra import compose, initialize_config_dir
 
+from modelforge import load_model
 from modelforge.config import conf_dir
 from modelforge.errors import ConfigError, DataError
 from modelforge.train import train
@@ -22,8 +25,12 @@ from tests.train.conftest import compose_train
 
 # Derived sets small enough for a test: 80 samples made from the training images (16 held out), 32 for test.
 SMALL = ["data.n_train=80", "data.n_test=32", "data.val_size=16", "data.batch_size=16", "trainer.max_epochs=1"]
-MAIN = {"segment": ("model=unet", "test/iou"), "reconstruct": ("model=autoencoder", "test/psnr"),
-        "multilabel": ("model=cnn", "test/f1"), "regress": ("model=cnn", "test/mae")}
+# Each task's model, as small as it trains (one run per task, shared by the module's tests), and its main metric.
+MAIN = {"segment": (("model=unet", "enc_sizes=[4,8]"), "test/iou"),
+        "reconstruct": (("model=autoencoder",), "test/psnr"),
+        "multilabel": (("model=cnn", "enc_sizes=[4]", "dec_sizes=[8]"), "test/f1"),
+        "regress": (("model=cnn", "enc_sizes=[4]", "dec_sizes=[8]"), "test/mae")}
+OUTPUT = {"segment": (11, 56, 56), "reconstruct": (1, 28, 28), "multilabel": (10,), "regress": (1,)}
 
 
 def test_classify_yaml_is_the_task_default(tiny_mnist: Path) -> None:
@@ -36,7 +43,7 @@ def task_runs(tiny_mnist: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     runs = {}
     for task, (model, _) in MAIN.items():
         runs[task] = tmp_path_factory.mktemp(task)
-        train(compose_train(tiny_mnist, f"task={task}", model, *SMALL),
+        train(compose_train(tiny_mnist, f"task={task}", *model, *SMALL),
               run_dir=runs[task])
     return runs
 
@@ -159,3 +166,43 @@ def test_a_segmentation_resumed_mid_epoch_equals_never_stopping(tiny_mnist: Path
     ma, mb = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("one_go", "resumed"))
     compared = ("val/iou", "val/loss", "test/iou", "test/dice", "global_step")
     assert {k: ma[k] for k in compared} == {k: mb[k] for k in compared}
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("images")
+    for name, side in (("a.png", 56), ("b.png", 28)):
+        Image.fromarray((np.arange(side * side) * 7 % 256).astype(np.uint8).reshape(side, side)).save(folder / name)
+    return folder
+
+
+@pytest.mark.parametrize("task", list(MAIN))
+def test_eval_export_predict_and_load_serve_the_task(task_runs: dict[str, Path], images: Path, tmp_path: Path,
+                                                     run_main, task: str) -> None:
+    run = task_runs[task]
+    evaluated = run_main("eval", f"ckpt_path={run}", f"hydra.run.dir={tmp_path / 'eval'}")
+    assert evaluated.returncode == 0, evaluated.stderr
+    recorded = json.loads((run / "metrics.json").read_text())
+    assert json.loads((tmp_path / "eval" / "eval_metrics.json").read_text())[MAIN[task][1]] == pytest.approx(
+        recorded[MAIN[task][1]], abs=1e-6)  # the same checkpoint on the same test data
+
+    exported = run_main("export", f"ckpt_path={run}", "format=torchscript", f"output={tmp_path}/")
+    assert exported.returncode == 0, exported.stderr
+    check = json.loads(next(tmp_path.glob("*.check.json")).read_text())
+    assert check["passed"] and check["max_abs_diff"] <= 1e-4
+    assert (check["top1_agreement"] == 1.0) if task == "segment" else check["top1_agreement"] is None
+
+    rows, pictures = [], []
+    for source in (run, next(tmp_path.glob("*.pt"))):
+        out = tmp_path / f"pred_{Path(source).suffix or 'run'}"
+        result = run_main("predict", f"ckpt_path={source}", f"inputs={images}", f"output={out}/")
+        assert result.returncode == 0, result.stderr
+        with open(out / "predictions.csv", newline="") as f:  # the files it wrote named relative to its output
+            rows.append([{k: v.replace(str(out), "OUT") for k, v in row.items()} for row in csv.DictReader(f)])
+        pictures.append({str(f.relative_to(out)): np.array(Image.open(f)) for f in sorted(out.rglob("*.png"))})
+    assert len(rows[0]) == 2 and rows[0] == rows[1]
+    assert pictures[0].keys() == pictures[1].keys() and all(  # masks, overlays, images: within a rounding
+        np.abs(a.astype(int) - pictures[1][name].astype(int)).max() <= 1 for name, a in pictures[0].items())
+
+    model = load_model(run)
+    assert tuple(model(torch.zeros(2, *model.input_shape)).shape) == (2, *OUTPUT[task])
