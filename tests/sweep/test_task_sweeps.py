@@ -16,7 +16,7 @@ DERIVED = ("data.n_train=48", "data.n_test=16", "trainer.max_epochs=1")  # deriv
 
 def test_an_optuna_search_of_a_regression_minimizes_its_mae(sweep_here, tmp_path: Path) -> None:
     result = sweep_here("hparams_search=recipe", "task=regress", "model=cnn", "enc_sizes=[4]", "dec_sizes=[8]",
-                        *DERIVED, "hydra.sweeper.n_trials=3")
+                        *DERIVED, "hydra.sweeper.n_trials=2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "minimize val/mae" in result.stdout
     study = optuna.load_study(study_name="modelforge", storage=f"sqlite:///{tmp_path}/sweep/optuna.db")
