@@ -16,7 +16,7 @@ SEARCH = ("hparams_search=optuna", "trainer.fast_dev_run=true")
 
 
 def test_several_objectives_mark_the_pareto_front_and_draw_it(sweep_here, tmp_path: Path) -> None:
-    result = sweep_here(*SEARCH, "hydra.sweeper.n_trials=4", "hydra.sweeper.objectives=[val/acc,macs]",
+    result = sweep_here(*SEARCH, "hydra.sweeper.n_trials=3", "hydra.sweeper.objectives=[val/acc,macs]",
                         sweep_dir=Path("sweep"))  # relative to the working directory: printed whole
     assert result.returncode == 0, result.stderr[-2000:]
     sweep_dir = tmp_path / "sweep"
