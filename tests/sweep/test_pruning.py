@@ -59,7 +59,8 @@ def test_a_run_nobody_pruned_records_nothing() -> None:
 
 def test_a_pruned_trial_is_a_row_of_its_own_and_its_run_is_complete(sweep_here, tmp_path: Path) -> None:
     # A first trial that learns (lr 0.05), then two that cannot (lr 1e-9): the median of the first prunes them.
-    common = ["hparams_search=optuna", "enc_sizes=choice([8])", "trainer.max_epochs=4", "data.batch_size=8"]
+    common = ["hparams_search=optuna", "enc_sizes=choice([8])", "trainer.max_epochs=4", "data.batch_size=8",
+              "trainer.limit_train_batches=3"]  # half an epoch of the tiny set: enough to learn something
     first = sweep_here(*common, "optim.lr=0.05", "hydra.sweeper.n_trials=1")
     assert first.returncode == 0, first.stderr[-2000:]
     result = sweep_here(*common, "optim.lr=1e-9", "hydra.sweeper.n_trials=2", "hydra.sweeper.pruner=median",

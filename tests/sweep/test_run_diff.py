@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 SWEEP = ["model=mlp", "model.hidden_sizes=[8]", "optim.lr=0.01,0.03", "trainer.fast_dev_run=true"]
+JOB_0 = ["model=mlp", "model.hidden_sizes=[8]", "optim.lr=0.01", "trainer.fast_dev_run=true"]  # its first job alone
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_a_run_and_its_checkpoint_or_a_rerun_are_the_same_experiment(run_main, s
     assert same.returncode == 0, same.stdout + same.stderr
     assert "config: the same" in same.stdout and same.stdout.splitlines()[-1] == "the same experiment"
 
-    again = sweep_here(*SWEEP, sweep_dir=tmp_path / "again")
+    again = sweep_here(*JOB_0, sweep_dir=tmp_path / "again")
     assert again.returncode == 0, again.stderr[-2000:]
     rerun = run_main("diff", str(lr_sweep / "0"), str(tmp_path / "again" / "0"))
     assert rerun.returncode == 0, rerun.stdout
