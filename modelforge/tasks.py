@@ -139,8 +139,10 @@ class Task:
                               f"{OUTPUTS[target][1]}", hint=f"data={_DATA_OF[self.output]}, or the task of this data")
 
 
-def build_task(cfg: Mapping[str, Any] | None, path: str = "task") -> Task:
-    """The checked Task of a ``task`` config (None: classify): every name resolves, ``main`` is one of ``metrics``."""
+def build_task(cfg: Mapping[str, Any] | None, path: str = "task", *, metrics: bool = True) -> Task:
+    """The checked Task of a ``task`` config (None: classify): every name resolves, ``main`` is one of ``metrics``.
+    ``metrics=False`` leaves the metrics' classes unchecked: they are torchmetrics', of the ``[train]`` extra, and
+    ``summary`` runs without it."""
     options = dict(cfg or {})
     fields = {f.name for f in dataclasses.fields(Task)}
     for key in options:
@@ -152,7 +154,7 @@ def build_task(cfg: Mapping[str, Any] | None, path: str = "task") -> Task:
         raise UnknownNameError("task output", task.output, OUTPUTS, path=f"{path}.output")
     loss = dict(task.loss)
     check_call(_loss_class(loss.pop("name", None)), loss, f"{path}.loss", f"loss {task.loss.get('name')!r}")
-    for key, spec in task.metrics.items():
+    for key, spec in task.metrics.items() if metrics else ():
         metric = dict(spec)
         cls = _metric_class(metric.pop("name", None), f"{path}.metrics.{key}.name")
         check_call(cls, metric, f"{path}.metrics.{key}", f"metric {spec['name']!r}",

@@ -73,7 +73,7 @@ def summary_task(cfg: DictConfig) -> None:
         model_graph.check_picture_path(options["graph"])  # before any work
     context = job_context()[1]
     files = context.model_files  # an error in a composite names its file and line
-    task = build_task(cfg.get("task"))
+    task = build_task(cfg.get("task"), metrics=False)  # its output and head; train checks its metrics
     model_cfg = task.choose_head(model_config_from_run(cfg))
     if not task.is_classify:  # the sizes train would build the model at: the data's, where not given
         model_cfg = _task_shapes(task, model_cfg, cfg.get("data") or {}, context.overrides or ())
