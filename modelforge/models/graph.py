@@ -201,7 +201,7 @@ def build_graph(
         heads: other heads the model can carry, by the kind of output they give (``class_map``: a segmentation
             head on the backbone's stages), each a node (``{block: fpn_head, inputs: [layer1, ...], args: ...}``).
         head: the entry of ``heads`` to build in place of the model's own output (None: the model's own); a run
-            chooses its task's (:meth:`modelforge.tasks.Task.choose_head`). Nodes the head does not need are
+            chooses its task's (``Task.choose_head`` in modelforge/tasks.py). Nodes the head does not need are
             left out (the classifier).
         max_repeat, max_nodes: caps on a ``repeat`` count and on the nodes built, copies and composite
             parts included (:mod:`modelforge.models.graph_bounds`), checked before anything is built.
