@@ -102,8 +102,9 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
         # Hydra's public entry, @hydra.main, parses sys.argv itself with parse_args, which stops at a flag given
         # after an override (`train model=x --config-dir d`), and checks and prepares nothing before composing:
         # _run_hydra is what it calls with the arguments parsed, and no public API takes parsed arguments.
-        hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=Task(job), config_path=str(conf_dir()),
-                               config_name=config_name)
+        with _mode_from_the_flag() if cmd.mode_is_the_flags() else contextlib.nullcontext():
+            hydra_utils._run_hydra(args=cmd.args, args_parser=parser, task_function=Task(job),
+                                   config_path=str(conf_dir()), config_name=config_name)
         exit_if_jobs_failed()  # a sweep that went on past failed jobs (Optuna) still fails the command
         return 0
     except BaseException as exc:
@@ -119,6 +120,21 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
     finally:
         _set_env(FULL_ERROR, users_full_error)
         cmd.forget_stored()
+
+
+@contextlib.contextmanager
+def _mode_from_the_flag() -> Any:
+    """Hydra composes the whole config once only to read ``hydra.mode`` (``Hydra.get_mode``), then composes it
+    again for the run: where no config can set it, the mode is ``-m``'s, which Hydra takes when get_mode gives None.
+    That first composition is a third of a command's own time (tests/cli/test_run_mode.py)."""
+    from hydra._internal.hydra import Hydra
+
+    saved = Hydra.get_mode
+    Hydra.get_mode = lambda self, config_name, overrides: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Hydra.get_mode = saved  # type: ignore[method-assign]
 
 
 def lost_job(exc: BaseException) -> str | None:
@@ -175,6 +191,11 @@ class CommandLine:
         self.folders = [f"file://{os.path.abspath(args.config_dir)}"] if args.config_dir else []
         self.stored: list[tuple[str, str]] = []  # (group, name) of each model=FILE.yaml stored in the ConfigStore
         self.folders += [str(v) for o in self.overrides if o.key_or_group == "hydra.searchpath" for v in _values(o)]
+
+    def mode_is_the_flags(self) -> bool:
+        """Whether ``-m`` alone says if this is a sweep: no ``hydra.mode`` override and no folder of the user's,
+        whose configs could set it (no shipped config does)."""
+        return not self.folders and not any(o.key_or_group == "hydra.mode" for o in self.overrides)
 
     def repository(self) -> ConfigRepository:
         """Hydra's configs in conf/, plugins and the user's folders (Hydra cleared its own)."""

@@ -51,7 +51,8 @@ def compose_model(name: str, overrides: Sequence[str], folders: Sequence[Path]) 
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
-            check_not_shadowed(folders[1:], selected_configs(loader, PRIMARY, [[f"model={name}", *extra]], False))
+            if folders[1:]:  # Hydra's defaults list costs half a composition: only a user's folder can shadow
+                check_not_shadowed(folders[1:], selected_configs(loader, PRIMARY, [[f"model={name}", *extra]], False))
             try:
                 return compose(PRIMARY, overrides=[f"model={name}", *extra, *map(model_override, overrides)])
             except (HydraException, OmegaConfBaseException) as exc:
