@@ -56,6 +56,8 @@ def test_each_task_records_its_main_metric(task_runs: dict[str, Path], task: str
     value = metrics[main]
     bounds = {"test/iou": (0.0, 1.0), "test/psnr": (0.0, 60.0), "test/f1": (0.0, 1.0), "test/mae": (0.0, 36.0)}[main]
     assert bounds[0] <= value <= bounds[1] and f"best_{main.replace('test/', 'val/')}" in metrics
+    # in place of a classifier's confusion matrix, the run draws a grid of inputs, targets and outputs
+    assert metrics["samples"] == str(task_runs[task] / "samples.png") and Path(metrics["samples"]).stat().st_size > 0
 
 
 def test_predict_writes_a_mask_per_image_at_its_size(task_runs: dict[str, Path], tmp_path: Path, run_main) -> None:
