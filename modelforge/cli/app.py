@@ -126,7 +126,8 @@ def run(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) ->
 def _mode_from_the_flag() -> Any:
     """Hydra composes the whole config once only to read ``hydra.mode`` (``Hydra.get_mode``), then composes it
     again for the run: where no config can set it, the mode is ``-m``'s, which Hydra takes when get_mode gives None.
-    That saves each command a composition, 0.1-0.3 s (tests/sweep/test_run_mode.py). No public API skips it."""
+    That saves each command a composition, 0.1-0.3 s (tests/sweep/test_run_mode.py). No public API skips it; Hydra's
+    own issue (hydra-ecosystem/hydra#3440, open) proposes the same: remove this once a release reads the mode so."""
     from hydra._internal.hydra import Hydra
 
     saved = Hydra.get_mode
